@@ -1,0 +1,1 @@
+"""The `hermes` command line: chat, sessions admin, and the process roles."""

@@ -1,0 +1,47 @@
+"""`hermes db`: schema status and upgrade of state.db."""
+
+from __future__ import annotations
+
+import click
+
+from producers.cli.app import App, pass_app
+from shared.store.engine import connect, guarded
+from shared.store.migrate import HEAD, current_revision, upgrade_to_head
+
+
+@click.group()
+def db() -> None:
+    """Inspect and upgrade the state.db schema."""
+
+
+@db.command()
+@pass_app
+def upgrade(app: App) -> None:
+    """Bring state.db to the newest schema (opening it does this too)."""
+    store = connect(app.settings.resolved_database_url)
+    try:
+        before, after = guarded(store, lambda: upgrade_to_head(store))
+    finally:
+        store.close()
+    if before == after:
+        click.echo(f"state.db is already at schema {after}.")
+    else:
+        click.echo(f"Upgraded state.db from schema {before or 'empty'} to {after}.")
+
+
+@db.command()
+@pass_app
+def status(app: App) -> None:
+    """Show the schema revision of state.db and the newest this hermes knows."""
+    store = connect(app.settings.resolved_database_url)
+    try:
+
+        def read() -> str | None:
+            with store.read() as conn:
+                return current_revision(conn)[0]
+
+        rev = guarded(store, read)
+    finally:
+        store.close()
+    state = "up to date" if rev == HEAD else "needs `hermes db upgrade`"
+    click.echo(f"{store.path or 'database'}: schema {rev or 'empty'} (newest {HEAD}), {state}")

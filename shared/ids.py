@@ -1,0 +1,21 @@
+"""Session ids: `YYYYMMDD_HHMMSS_<hex>` — 6 hex digits for CLI sessions, 8 for gateway sessions."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime
+
+CLI_HEX = 6
+GATEWAY_HEX = 8
+ID_PATTERN = re.compile(r"^\d{8}_\d{6}_[0-9a-f]{6,8}$")
+
+
+def new_session_id(now: datetime, *, gateway: bool = False) -> str:
+    """A fresh id stamped with `now` (UTC) and random hex."""
+    stamp = now.astimezone(UTC).strftime("%Y%m%d_%H%M%S")
+    return f"{stamp}_{secrets.token_hex((GATEWAY_HEX if gateway else CLI_HEX) // 2)}"
+
+
+def looks_like_session_id(text: str) -> bool:
+    return bool(ID_PATTERN.match(text))

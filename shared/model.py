@@ -1,0 +1,74 @@
+"""Frozen records the store hands out: a session row and a message row."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+from sqlalchemy import Row
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    id: str
+    source: str
+    started_at: float
+    last_active_at: float
+    user_id: str | None = None
+    session_key: str | None = None
+    chat_id: str | None = None
+    chat_type: str | None = None
+    thread_id: str | None = None
+    title: str | None = None
+    title_source: str | None = None
+    model: str | None = None
+    model_config: str | None = None
+    system_prompt: str | None = None
+    parent_session_id: str | None = None
+    ended_at: float | None = None
+    end_reason: str | None = None
+    message_count: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> SessionRecord:
+        data = row._mapping
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    id: int
+    session_id: str
+    role: str
+    content: str | None
+    timestamp: float
+    tool_calls: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    token_count: int | None = None
+    platform_message_id: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> MessageRecord:
+        data = row._mapping
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+    @property
+    def tool_call_list(self) -> list[dict[str, Any]]:
+        """The decoded `tool_calls` JSON (an empty list when there are none or it is unreadable)."""
+        if not self.tool_calls:
+            return []
+        try:
+            value = json.loads(self.tool_calls)
+        except ValueError:
+            return []
+        return value if isinstance(value, list) else []
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,0 +1,107 @@
+"""Opening state.db: one engine per process, schema at head, read and write units of work."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, exc, text
+
+from shared.store import migrate, sqlite
+from shared.store.errors import StoreError
+
+T = TypeVar("T")
+
+
+class Store:
+    """state.db for one process. `write()` is one short transaction; `read()` a consistent view."""
+
+    def __init__(self, engine: Engine, path: Path | None) -> None:
+        self._engine = engine
+        self._writer = engine.execution_options(**{sqlite.BEGIN_OPTION: "IMMEDIATE"})
+        self._pid = os.getpid()
+        self.path = path
+
+    @property
+    def dialect(self) -> str:
+        return self._engine.dialect.name
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise RuntimeError("a Store was carried across fork(); build one per process")
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """One write transaction (BEGIN IMMEDIATE on SQLite): commit on exit, roll back on error."""
+        self._check_process()
+        with self._writer.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read-only unit of work; nothing it does is committed."""
+        self._check_process()
+        with self._engine.connect() as conn:
+            try:
+                yield conn
+            finally:
+                conn.rollback()
+
+    def close(self) -> None:
+        self._engine.dispose()
+        if self.path is not None:
+            sqlite.secure_files(self.path)
+
+
+def connect(url: str) -> Store:
+    """A Store on `url` without touching the schema (creating an empty SQLite file if missing)."""
+    path: Path | None = None
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        sqlite.prepare_file(path)
+        engine = create_engine(url, pool_size=8, max_overflow=8)
+        sqlite.install_hooks(engine)
+    else:
+        engine = create_engine(url, pool_pre_ping=True)
+    return Store(engine, path)
+
+
+def open_store(url: str, *, upgrade: bool = True) -> Store:
+    """Open (creating if new) the store at `url` and bring its schema to head.
+
+    A new database is created at head; an older one is upgraded; one that is not ours,
+    newer than this code, or not a database at all is refused with a StoreError.
+    """
+    store = connect(url)
+    try:
+        guarded(store, lambda: migrate.ensure_head(store, upgrade=upgrade))
+    except BaseException:
+        store.close()
+        raise
+    if store.path is not None:
+        sqlite.secure_files(store.path)
+    return store
+
+
+def guarded(store: Store, action: Callable[[], T]) -> T:
+    """Run `action`, turning driver errors about the file itself into one-line StoreErrors."""
+    try:
+        return action()
+    except exc.DatabaseError as error:
+        where = store.path or "the database"
+        cause = error.orig or error
+        if sqlite.is_not_a_database(cause):
+            raise StoreError(f"{where} is corrupt or not a SQLite database") from None
+        raise StoreError(f"cannot use {where}: {cause}") from None
+
+
+def integrity_check(store: Store) -> str:
+    with store.read() as conn:
+        return str(conn.execute(text("PRAGMA integrity_check")).scalar_one())

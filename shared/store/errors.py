@@ -1,0 +1,32 @@
+"""Errors the store raises; each message is one line an operator can act on."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class StoreError(RuntimeError):
+    """state.db cannot be used: corrupt, not ours, too new, or not writable."""
+
+
+class SessionNotFound(LookupError):
+    def __init__(self, ref: str) -> None:
+        super().__init__(f"Session '{ref}' not found.")
+        self.ref = ref
+
+
+class AmbiguousSession(LookupError):
+    def __init__(self, ref: str, candidates: Sequence[str], more: int = 0) -> None:
+        listed = ", ".join(candidates) + (f" (+{more} more)" if more else "")
+        super().__init__(
+            f"'{ref}' matches {len(candidates) + more} sessions: {listed}. Use more of the id."
+        )
+        self.ref = ref
+        self.candidates = tuple(candidates)
+
+
+class TitleInUse(ValueError):
+    def __init__(self, title: str, holder: str) -> None:
+        super().__init__(f"Title '{title}' is already used by session {holder}.")
+        self.title = title
+        self.holder = holder

@@ -1,0 +1,82 @@
+"""Schema versions: new files start at head, older ones are upgraded, foreign or newer refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, inspect, text
+
+from shared.store.errors import StoreError
+
+if TYPE_CHECKING:
+    from shared.store.engine import Store
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# The newest revision this code knows; a test keeps it equal to Alembic's head.
+HEAD = "0002"
+
+
+def alembic_config(conn: Connection | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if conn is not None:
+        cfg.attributes["connection"] = conn
+    return cfg
+
+
+def known_revisions() -> set[str]:
+    scripts = ScriptDirectory.from_config(alembic_config())
+    return {rev.revision for rev in scripts.walk_revisions()}
+
+
+def current_revision(conn: Connection) -> tuple[str | None, list[str]]:
+    """The stamped revision (None if unstamped) and the names of the tables present."""
+    tables = [name for name in inspect(conn).get_table_names() if not name.startswith("sqlite_")]
+    if "alembic_version" not in tables:
+        return None, tables
+    rev = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    return (str(rev) if rev is not None else None), tables
+
+
+def _judge(rev: str | None, tables: list[str], where: str) -> bool:
+    """True when an upgrade is needed; raise when the file must not be touched."""
+    if rev == HEAD:
+        return False
+    if rev is None:
+        if tables:
+            raise StoreError(
+                f"{where} holds tables ({', '.join(sorted(tables)[:5])}) but no hermes schema "
+                "version; it was not made by hermes-fleet — refusing to touch it"
+            )
+        return True
+    if rev not in known_revisions():
+        raise StoreError(
+            f"{where} is at schema {rev}, newer than this hermes-fleet knows ({HEAD}); "
+            "upgrade hermes-fleet"
+        )
+    return True
+
+
+def ensure_head(store: Store, *, upgrade: bool = True) -> None:
+    where = str(store.path or "the database")
+    with store.read() as conn:
+        rev, tables = current_revision(conn)
+    if not _judge(rev, tables, where):
+        return
+    if not upgrade:
+        raise StoreError(f"{where} is at schema {rev}; run `hermes db upgrade` to reach {HEAD}")
+    upgrade_to_head(store)
+
+
+def upgrade_to_head(store: Store) -> tuple[str | None, str]:
+    """Upgrade under the write lock (two processes opening a new file make one schema)."""
+    where = str(store.path or "the database")
+    with store.write() as conn:
+        rev, tables = current_revision(conn)
+        if _judge(rev, tables, where):
+            command.upgrade(alembic_config(conn), "head")
+    return rev, HEAD

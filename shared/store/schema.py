@@ -1,0 +1,190 @@
+"""Table definitions shared by every dialect; queries are written against these objects."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    text,
+)
+
+metadata = MetaData()
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("source", Text, nullable=False),
+    Column("user_id", Text),
+    Column("session_key", Text),
+    Column("chat_id", Text),
+    Column("chat_type", Text),
+    Column("thread_id", Text),
+    Column("title", Text),
+    Column("title_source", Text),
+    Column("model", Text),
+    Column("model_config", Text),
+    Column("system_prompt", Text),
+    Column("parent_session_id", Text, ForeignKey("sessions.id", ondelete="SET NULL")),
+    Column("started_at", Float, nullable=False),
+    Column("ended_at", Float),
+    Column("end_reason", Text),
+    Column("last_active_at", Float, nullable=False),
+    Column("message_count", Integer, nullable=False, server_default=text("0")),
+    Column("input_tokens", Integer, nullable=False, server_default=text("0")),
+    Column("output_tokens", Integer, nullable=False, server_default=text("0")),
+    Index("ix_sessions_last_active", "last_active_at"),
+    Index("ix_sessions_source_last_active", "source", "last_active_at"),
+    Index("ix_sessions_parent", "parent_session_id"),
+    Index("ix_sessions_session_key", "session_key", "started_at"),
+    Index(
+        "ix_sessions_ended",
+        "ended_at",
+        sqlite_where=text("ended_at IS NOT NULL"),
+        postgresql_where=text("ended_at IS NOT NULL"),
+    ),
+    Index(
+        "ux_sessions_title",
+        "title",
+        unique=True,
+        sqlite_where=text("title IS NOT NULL"),
+        postgresql_where=text("title IS NOT NULL"),
+    ),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column(
+        "session_id",
+        Text,
+        ForeignKey("sessions.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("role", Text, nullable=False),
+    Column("content", Text),
+    Column("tool_calls", Text),
+    Column("tool_call_id", Text),
+    Column("tool_name", Text),
+    Column("token_count", Integer),
+    Column("timestamp", Float, nullable=False),
+    Column("platform_message_id", Text),
+    Index("ix_messages_session", "session_id", "id"),
+    sqlite_autoincrement=True,
+)
+
+state_meta = Table(
+    "state_meta",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("value", Text),
+)
+
+# Per-source counters kept by triggers, so `stats` never scans.
+source_stats = Table(
+    "source_stats",
+    metadata,
+    Column("source", Text, primary_key=True),
+    Column("sessions", Integer, nullable=False, server_default=text("0")),
+    Column("messages", Integer, nullable=False, server_default=text("0")),
+)
+
+# --- the turn pipeline (revision 0002) ---
+
+# One row per session key: the current session, the arrival counter and the drain lease.
+routes = Table(
+    "routes",
+    metadata,
+    Column("session_key", Text, primary_key=True),
+    Column("session_id", Text, ForeignKey("sessions.id", ondelete="SET NULL")),
+    Column("platform", Text, nullable=False),
+    Column("chat_id", Text, nullable=False),
+    Column("chat_type", Text, nullable=False),
+    Column("thread_id", Text),
+    Column("user_id", Text),
+    Column("next_seq", Integer, nullable=False, server_default=text("0")),
+    Column("lease_holder", Text),
+    Column("lease_expires_at", Float),
+    Column("fence", Integer, nullable=False, server_default=text("0")),
+    Column("stop_requested_at", Float),
+    Column("pending_title", Text),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_routes_session", "session_id"),
+)
+
+# Every turn a platform handed us, recorded before the platform is acked.
+inbox = Table(
+    "inbox",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("platform", Text, nullable=False),
+    Column("event_id", Text, nullable=False),
+    Column("session_key", Text, ForeignKey("routes.session_key"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("kind", Text, nullable=False, server_default=text("'message'")),
+    Column("chat_id", Text, nullable=False),
+    Column("chat_type", Text, nullable=False),
+    Column("thread_id", Text),
+    Column("user_id", Text),
+    Column("user_name", Text),
+    Column("message_id", Text),
+    Column("reply_to", Text),
+    Column("text", Text, nullable=False),
+    Column("attachments", Text),
+    Column("status", Text, nullable=False, server_default=text("'waiting'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("not_before", Float),
+    Column("session_id", Text),
+    Column("error", Text),
+    Column("received_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Index("ux_inbox_event", "platform", "event_id", unique=True),
+    Index("ux_inbox_key_seq", "session_key", "seq", unique=True),
+    Index("ix_inbox_status", "status", "received_at"),
+    sqlite_autoincrement=True,
+)
+
+# Replies waiting to be sent, written in the same fenced transaction as the turn's outcome.
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("lane", Text, nullable=False),
+    Column("turn_id", Integer, ForeignKey("inbox.id", ondelete="SET NULL")),
+    Column("session_id", Text),
+    Column("platform", Text, nullable=False),
+    Column("chat_id", Text, nullable=False),
+    Column("thread_id", Text),
+    Column("reply_to", Text),
+    Column("text", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'pending'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("not_before", Float),
+    Column("platform_message_id", Text),
+    Column("error", Text),
+    Column("created_at", Float, nullable=False),
+    Column("sent_at", Float),
+    Index("ix_outbox_lane", "lane", "status", "id"),
+    Index("ix_outbox_status", "status", "created_at"),
+    sqlite_autoincrement=True,
+)
+
+# Delivery lanes (one per chat) and other named leases share one table.
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("holder", Text),
+    Column("expires_at", Float),
+    Column("fence", Integer, nullable=False, server_default=text("0")),
+    Column("cooldown_until", Float),
+)

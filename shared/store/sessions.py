@@ -1,0 +1,259 @@
+"""Session rows: create, find, resolve a user's argument, title, end, delete, list, count."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
+
+from shared.model import SessionRecord
+from shared.store.errors import AmbiguousSession, SessionNotFound, TitleInUse
+from shared.store.schema import messages, sessions, source_stats
+from shared.titles import TitleSource, lineage_base, lineage_number, next_in_lineage, validate_title
+
+PREVIEW_CHARS = 60
+AMBIGUOUS_SHOWN = 5
+
+
+def create_session(
+    conn: Connection,
+    *,
+    session_id: str,
+    source: str,
+    now: float,
+    title: str | None = None,
+    title_source: TitleSource = TitleSource.USER,
+    **columns: Any,
+) -> SessionRecord:
+    """Insert a session; a title is cleaned and must be free."""
+    values: dict[str, Any] = {
+        "id": session_id,
+        "source": source,
+        "started_at": now,
+        "last_active_at": now,
+        **columns,
+    }
+    if title is not None:
+        clean = validate_title(title)
+        _ensure_title_free(conn, clean, session_id)
+        values.update(title=clean, title_source=title_source.label)
+    conn.execute(insert(sessions).values(**values))
+    record = get_session(conn, session_id)
+    assert record is not None
+    return record
+
+
+def get_session(conn: Connection, session_id: str) -> SessionRecord | None:
+    row = conn.execute(select(sessions).where(sessions.c.id == session_id)).first()
+    return SessionRecord.from_row(row) if row else None
+
+
+def require_session(conn: Connection, session_id: str) -> SessionRecord:
+    record = get_session(conn, session_id)
+    if record is None:
+        raise SessionNotFound(session_id)
+    return record
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def resolve_session(conn: Connection, ref: str) -> SessionRecord:
+    """A user's session argument: exact id, then a unique id prefix, then a title's lineage."""
+    ref = ref.strip()
+    if not ref:
+        raise SessionNotFound(ref)
+    exact = get_session(conn, ref)
+    if exact is not None:
+        return exact
+    candidates = (
+        conn.execute(
+            select(sessions.c.id)
+            .where(sessions.c.id.like(_like_prefix(ref), escape="\\"))
+            .order_by(sessions.c.id.desc())
+            .limit(AMBIGUOUS_SHOWN + 1)
+        )
+        .scalars()
+        .all()
+    )
+    if len(candidates) == 1:
+        return require_session(conn, candidates[0])
+    if len(candidates) > 1:
+        total = conn.execute(
+            select(func.count()).where(sessions.c.id.like(_like_prefix(ref), escape="\\"))
+        ).scalar_one()
+        shown = list(candidates[:AMBIGUOUS_SHOWN])
+        raise AmbiguousSession(ref, shown, more=total - len(shown))
+    by_title = newest_in_lineage(conn, ref)
+    if by_title is not None:
+        return by_title
+    raise SessionNotFound(ref)
+
+
+def lineage_titles(conn: Connection, title: str) -> list[tuple[str, str, float]]:
+    """(title, id, started_at) of every session in `title`'s lineage ("x", "x #2", ...)."""
+    base = lineage_base(title)
+    rows = conn.execute(
+        select(sessions.c.title, sessions.c.id, sessions.c.started_at).where(
+            or_(
+                sessions.c.title == base,
+                sessions.c.title.like(_like_prefix(base + " #"), escape="\\"),
+            )
+        )
+    ).all()
+    return [(row.title, row.id, row.started_at) for row in rows if lineage_base(row.title) == base]
+
+
+def newest_in_lineage(conn: Connection, title: str) -> SessionRecord | None:
+    """The newest session of the lineage `title` names (exact match first, then case-blind)."""
+    try:
+        clean = validate_title(title)
+    except ValueError:
+        return None
+    members = lineage_titles(conn, clean)
+    if not members:
+        folded = conn.execute(
+            select(sessions.c.title).where(func.lower(sessions.c.title) == clean.lower()).limit(1)
+        ).scalar()
+        if folded is None:
+            return None
+        members = lineage_titles(conn, folded)
+    newest = max(members, key=lambda m: (m[2], lineage_number(m[0])))
+    return get_session(conn, newest[1])
+
+
+def continuation_title(conn: Connection, title: str) -> str:
+    """The next free title of `title`'s lineage: "x" → "x #2" → "x #3"."""
+    taken = {member[0] for member in lineage_titles(conn, title)}
+    return next_in_lineage(title, taken | {title})
+
+
+def _ensure_title_free(conn: Connection, title: str, session_id: str) -> None:
+    holder = conn.execute(
+        select(sessions.c.id).where(sessions.c.title == title, sessions.c.id != session_id)
+    ).scalar()
+    if holder is not None:
+        raise TitleInUse(title, holder)
+
+
+def set_title(
+    conn: Connection,
+    session_id: str,
+    title: str | None,
+    source: TitleSource = TitleSource.USER,
+) -> bool:
+    """Set (or clear, with None) a title. False when a higher-ranked title is already there."""
+    current = require_session(conn, session_id)
+    held = TitleSource.from_label(current.title_source)
+    if current.title is not None and held is not None and held > source:
+        return False
+    if title is None:
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.id == session_id)
+            .values(title=None, title_source=None)
+        )
+        return True
+    clean = validate_title(title)
+    _ensure_title_free(conn, clean, session_id)
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values(title=clean, title_source=source.label)
+    )
+    return True
+
+
+def end_session(conn: Connection, session_id: str, reason: str, now: float) -> bool:
+    """Mark a session ended (first end wins); False if it was already ended."""
+    result = conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id, sessions.c.ended_at.is_(None))
+        .values(ended_at=now, end_reason=reason)
+    )
+    return result.rowcount > 0
+
+
+def delete_session(conn: Connection, session_id: str) -> bool:
+    """Delete a session and its messages; its continuations keep living, unparented."""
+    result = conn.execute(delete(sessions).where(sessions.c.id == session_id))
+    return result.rowcount > 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionListing:
+    record: SessionRecord
+    preview: str
+
+
+def list_sessions(
+    conn: Connection, *, source: str | None = None, limit: int = 20, offset: int = 0
+) -> tuple[list[SessionListing], bool]:
+    """Newest activity first, with a preview of the first user message; (rows, more exist)."""
+    query = select(sessions).order_by(sessions.c.last_active_at.desc(), sessions.c.id.desc())
+    if source:
+        query = query.where(sessions.c.source == source)
+    rows = conn.execute(query.limit(limit + 1).offset(offset)).all()
+    more = len(rows) > limit
+    listings = [
+        SessionListing(SessionRecord.from_row(row), first_user_text(conn, row.id))
+        for row in rows[:limit]
+    ]
+    return listings, more
+
+
+def first_user_text(conn: Connection, session_id: str, chars: int = PREVIEW_CHARS) -> str:
+    content = conn.execute(
+        select(func.substr(messages.c.content, 1, chars * 4))
+        .where(messages.c.session_id == session_id, messages.c.role == "user")
+        .order_by(messages.c.id)
+        .limit(1)
+    ).scalar()
+    if not content:
+        return ""
+    flat = " ".join(str(content).split())
+    return flat if len(flat) <= chars else flat[: chars - 1].rstrip() + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    sessions: int
+    messages: int
+    by_source: list[tuple[str, int, int]]
+
+
+def stats(conn: Connection) -> StoreStats:
+    """Counts from the trigger-kept counters: constant time at any size."""
+    rows = conn.execute(
+        select(source_stats.c.source, source_stats.c.sessions, source_stats.c.messages)
+        .where(source_stats.c.sessions > 0)
+        .order_by(source_stats.c.sessions.desc(), source_stats.c.source)
+    ).all()
+    by_source = [(row.source, row.sessions, row.messages) for row in rows]
+    return StoreStats(
+        sessions=sum(r[1] for r in by_source),
+        messages=sum(r[2] for r in by_source),
+        by_source=by_source,
+    )
+
+
+def prunable(
+    conn: Connection, *, ended_before: float, source: str | None = None
+) -> list[SessionRecord]:
+    """Ended sessions whose end is older than the cutoff (live sessions are never pruned)."""
+    query = select(sessions).where(
+        and_(sessions.c.ended_at.is_not(None), sessions.c.ended_at < ended_before)
+    )
+    if source:
+        query = query.where(sessions.c.source == source)
+    return [SessionRecord.from_row(r) for r in conn.execute(query.order_by(sessions.c.ended_at))]
+
+
+def delete_sessions(conn: Connection, session_ids: Sequence[str]) -> int:
+    if not session_ids:
+        return 0
+    result = conn.execute(delete(sessions).where(sessions.c.id.in_(list(session_ids))))
+    return result.rowcount

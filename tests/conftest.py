@@ -1,0 +1,66 @@
+"""Shared fixtures: a private HERMES_HOME per test, its settings and store, and service probes."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared.settings import Settings, load_settings
+from shared.store import Store, open_store
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def service_or_skip(name: str, host: str, port: int) -> None:
+    """Skip (outside CI) or fail (in CI) when a service the test needs is not listening."""
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return
+    except OSError:
+        message = f"{name} is not reachable at {host}:{port}"
+        if IN_CI:
+            pytest.fail(f"{message}; CI=true requires it (.ci/run starts it)")
+        pytest.skip(message)
+
+
+@pytest.fixture
+def hermes_home(tmp_path: Path) -> Path:
+    home = tmp_path / "hermes"
+    home.mkdir()
+    return home
+
+
+@pytest.fixture
+def hermes_env(hermes_home: Path) -> dict[str, str]:
+    """An environment for subprocesses and settings: this test's HERMES_HOME, nothing inherited."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
+    env["HERMES_HOME"] = str(hermes_home)
+    return env
+
+
+@pytest.fixture
+def settings(hermes_env: dict[str, str]) -> Settings:
+    return load_settings(hermes_env)
+
+
+@pytest.fixture
+def store(settings: Settings) -> Iterator[Store]:
+    opened = open_store(settings.resolved_database_url)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def redis_url() -> str:
+    service_or_skip("Redis", "127.0.0.1", 6379)
+    return "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+def postgres_url() -> str:
+    service_or_skip("PostgreSQL", "127.0.0.1", 5432)
+    return "postgresql://postgres@127.0.0.1:5432/test"
