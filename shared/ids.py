@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 
 CLI_HEX = 6
 GATEWAY_HEX = 8
-ID_PATTERN = re.compile(r"^\d{8}_\d{6}_[0-9a-f]{6,8}$")
+# Exactly 6 (CLI) or 8 (gateway) hex digits; \Z, not $, so "id\n" is not an id.
+ID_PATTERN = re.compile(r"^\d{8}_\d{6}_(?:[0-9a-f]{6}|[0-9a-f]{8})\Z")
 
 
 def new_session_id(now: datetime, *, gateway: bool = False) -> str:

@@ -34,8 +34,10 @@ class PlatformSettings(_Section):
     home_channel: str | None = None
     webhook_secret: SecretStr | None = None  # Telegram
     signing_secret: SecretStr | None = None  # Slack
+    # Chat ids whose room is one shared session (turns then carry the sender's name).
+    shared_rooms: tuple[str, ...] = ()
 
-    @field_validator("allowed_users", mode="before")
+    @field_validator("allowed_users", "shared_rooms", mode="before")
     @classmethod
     def _split_users(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -49,10 +51,14 @@ class PlatformSettings(_Section):
 
 class TelegramSettings(PlatformSettings):
     api_base: str | None = "https://api.telegram.org/bot"
+    polling: bool = False  # long polling instead of the webhook (no inbound access needed)
+    webhook_url: str | None = None  # public URL of /telegram/webhook, registered at start
 
 
 class SlackSettings(PlatformSettings):
     api_base: str | None = "https://slack.com/api/"
+    socket_mode: bool = False  # Socket Mode instead of the Events API over HTTP (development)
+    app_token: SecretStr | None = None  # xapp-… token, Socket Mode only
 
 
 class DiscordSettings(PlatformSettings):
@@ -81,6 +87,167 @@ class SessionsSettings(_Section):
     min_interval_hours: float = Field(default=24, ge=0)
 
 
+class PipelineSettings(_Section):
+    """How workers drain sessions (DESIGN.md §2)."""
+
+    lease_seconds: float = Field(default=30, gt=0)
+    batch_turns: int = Field(default=20, ge=1)
+    max_attempts: int = Field(default=3, ge=1)
+    retry_backoff_seconds: float = Field(default=5, ge=0)
+    max_text_chars: int = Field(default=32_000, ge=1)
+    redrive_seconds: float = Field(default=10, gt=0, le=30)
+
+
+class WorkerSettings(_Section):
+    processes: int = Field(default=2, ge=1)
+    # Turns wait on the model, so a worker process runs many at once in threads.
+    concurrency: int = Field(default=128, ge=1)
+
+
+def _http_url(value: str | None) -> str | None:
+    """An endpoint root the OpenAI SDK takes as `base_url` (http or https), or None."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if not text.startswith(("http://", "https://")) or len(text.split("://", 1)[1]) == 0:
+        raise ValueError(f"must be an http(s) URL such as https://api.openai.com/v1, not {text!r}")
+    return text
+
+
+class ModelSettings(_Section):
+    """The chat model; with no `base_url` the built-in offline model answers."""
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    name: str = Field(default="offline", min_length=1)
+    offline_latency_ms: float = Field(default=0, ge=0)
+    # The model's context window in tokens: the window of history sent is cut to fit it.
+    context_tokens: int = Field(default=32_000, ge=1_024, le=10_000_000)
+    # Tokens kept free for the reply (and sent as max_tokens when set).
+    max_output_tokens: int | None = Field(default=None, ge=16)
+    vision: bool = False  # the model takes images itself; otherwise the auxiliary describes them
+    stream: bool = True  # ask for a stream (falls back to one response if the endpoint refuses)
+    max_tool_rounds: int = Field(default=8, ge=1, le=64)
+    timeout: float = Field(default=120, gt=0, le=3600)
+    retries: int = Field(default=3, ge=0, le=10)
+    retry_backoff_seconds: float = Field(default=1.0, ge=0, le=60)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        return _http_url(value)
+
+
+class AuxiliarySettings(_Section):
+    """The fast, cheap model for titles, summaries and image descriptions (default: the model)."""
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    name: str | None = Field(default=None, min_length=1)
+    vision: bool = True  # used to describe images for a model without vision
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        return _http_url(value)
+
+
+class TranscriptionSettings(_Section):
+    """Speech to text for audio attachments: an OpenAI-compatible /audio/transcriptions."""
+
+    base_url: str | None = None  # default: model.base_url
+    api_key: SecretStr | None = None  # default: model.api_key
+    model: str = Field(default="whisper-1", min_length=1)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        return _http_url(value)
+
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are Hermes, a helpful assistant talking with a person through a chat gateway "
+    "(a terminal, Telegram, Slack or Discord). Answer clearly and briefly; use the tools "
+    "when they help."
+)
+
+
+class AgentSettings(_Section):
+    """What the agent is told and how it manages its context."""
+
+    system_prompt: str = Field(default=DEFAULT_SYSTEM_PROMPT, min_length=1, max_length=100_000)
+    # Compress (summarise into a continuation session) when a turn's context reaches this share
+    # of model.context_tokens.
+    compression_threshold: float = Field(default=0.8, ge=0.2, le=0.95)
+    memory_notes: int = Field(default=50, ge=0, le=1000)  # durable notes shown to the model
+    document_chars: int = Field(default=20_000, ge=100, le=1_000_000)  # text kept per document
+    max_attachment_mb: float = Field(default=20, gt=0, le=1024)
+
+
+class Endpoint(BaseModel):
+    """A resolved OpenAI-compatible endpoint: where, with which key, which model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base_url: str
+    api_key: SecretStr | None
+    name: str
+
+
+class FlowerSettings(_Section):
+    """`hermes flower`: the Celery dashboard against the same broker."""
+
+    address: str = "127.0.0.1"
+    port: int = Field(default=5555, ge=1, le=65535)
+    basic_auth: SecretStr | None = None  # "user:password"; required off loopback
+
+
+class ResetOverrideSettings(_Section):
+    """A platform's or chat type's changes to the reset policy; unset fields inherit."""
+
+    mode: Literal["idle", "daily", "both", "none"] | None = None
+    idle_minutes: float | None = Field(default=None, gt=0)
+    at_hour: int | None = Field(default=None, ge=0, le=23)
+    timezone: str | None = None
+
+
+class SessionResetSettings(_Section):
+    """When gateway sessions end on their own (DESIGN.md §3); the next message starts anew."""
+
+    mode: Literal["idle", "daily", "both", "none"] = "none"
+    idle_minutes: float = Field(default=1440, gt=0)
+    at_hour: int = Field(default=4, ge=0, le=23)
+    timezone: str = "UTC"
+    notify: bool = True
+    notice: str = "This conversation was reset ({reason}). Your next message starts a new one."
+    platforms: dict[str, ResetOverrideSettings] = Field(default_factory=dict)
+    chat_types: dict[str, ResetOverrideSettings] = Field(default_factory=dict)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+
+class MaintenanceSettings(_Section):
+    """How often beat runs each sweep (seconds)."""
+
+    reset_seconds: float = Field(default=60, gt=0)
+    title_seconds: float = Field(default=300, gt=0)
+    prune_seconds: float = Field(default=3600, gt=0)
+    cron_seconds: float = Field(default=15, gt=0, le=60)
+    vacuum_step_pages: int = Field(default=256, ge=16)
+    vacuum_pause_ms: float = Field(default=20, ge=0)
+
+
 class Settings(BaseSettings):
     """Everything a process needs to know, built once at the edge and passed in."""
 
@@ -98,7 +265,16 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = GatewaySettings()
     display: DisplaySettings = DisplaySettings()
     sessions: SessionsSettings = SessionsSettings()
+    session_reset: SessionResetSettings = SessionResetSettings()
+    maintenance: MaintenanceSettings = MaintenanceSettings()
     platforms: PlatformsSettings = PlatformsSettings()
+    pipeline: PipelineSettings = PipelineSettings()
+    workers: WorkerSettings = WorkerSettings()
+    model: ModelSettings = ModelSettings()
+    auxiliary: AuxiliarySettings = AuxiliarySettings()
+    transcription: TranscriptionSettings = TranscriptionSettings()
+    agent: AgentSettings = AgentSettings()
+    flower: FlowerSettings = FlowerSettings()
 
     @field_validator("home", mode="after")
     @classmethod
@@ -114,8 +290,60 @@ class Settings(BaseSettings):
         return None
 
     @property
+    def run_dir(self) -> Path:
+        """Sockets, pid files and the embedded broker's data."""
+        return self.home / "run"
+
+    @property
+    def embedded_broker_socket(self) -> Path:
+        return self.run_dir / "redis.sock"
+
+    @property
+    def uses_embedded_broker(self) -> bool:
+        return self.broker_url is None
+
+    @property
+    def resolved_broker_url(self) -> str:
+        return self.broker_url or f"redis+socket://{self.embedded_broker_socket}"
+
+    @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.home / 'state.db'}"
+
+    @property
+    def model_endpoint(self) -> Endpoint | None:
+        """The chat model's endpoint, or None: the offline model answers."""
+        model = self.model
+        if model.base_url is None:
+            return None
+        return Endpoint(base_url=model.base_url, api_key=model.api_key, name=model.name)
+
+    @property
+    def auxiliary_endpoint(self) -> Endpoint | None:
+        """The auxiliary model; each unset part defaults to the chat model's."""
+        aux = self.auxiliary
+        base_url = aux.base_url or self.model.base_url
+        if base_url is None:
+            return None
+        return Endpoint(
+            base_url=base_url,
+            api_key=aux.api_key if aux.api_key is not None else self.model.api_key,
+            name=aux.name or self.model.name,
+        )
+
+    @property
+    def transcription_endpoint(self) -> Endpoint | None:
+        spoken = self.transcription
+        base_url = spoken.base_url or self.model.base_url
+        if base_url is None:
+            return None
+        key = spoken.api_key if spoken.api_key is not None else self.model.api_key
+        return Endpoint(base_url=base_url, api_key=key, name=spoken.model)
+
+    @property
+    def media_dir(self) -> Path:
+        """Where attachments that are neither text, image nor audio are kept."""
+        return self.home / "media"
 
     @classmethod
     def settings_customise_sources(
@@ -183,24 +411,44 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"{path} is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise SettingsError(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SettingsError(f"{path} is not valid YAML: {exc}") from exc
+        raise SettingsError(f"{path} is not valid YAML: {_yaml_problem(exc)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise SettingsError(f"{path} must hold a mapping of settings, not {type(data).__name__}")
+    for key in data:
+        if not isinstance(key, str):
+            raise SettingsError(f"{path}: setting names are text; {key!r} is not a setting")
+    if "home" in data:
+        raise SettingsError(
+            f"home (in {path}): config.yaml cannot move its own home; set HERMES_HOME instead"
+        )
     return data
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line report as one line: what is wrong and where."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        what = exc.problem or exc.context or "syntax error"
+        return f"{' '.join(what.split())} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(exc).split())
 
 
 def _describe(loc: tuple[int | str, ...], path: Path, environ: Mapping[str, str]) -> str:
     key = ".".join(str(part) for part in loc)
-    env_name = ENV_PREFIX + NESTED.join(str(part) for part in loc).upper()
-    if env_name in environ:
-        return f"{key} (from {env_name})"
+    wanted = ENV_PREFIX + NESTED.join(str(part) for part in loc).upper()
+    for name in environ:
+        # env_values() lower-cases names, so HERMES_Gateway__Port set this key too.
+        if name.startswith(ENV_PREFIX) and name.upper() == wanted:
+            return f"{key} (from {name})"
     return f"{key} (in {path})"
 
 
@@ -210,7 +458,6 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     home = Path(env.get(ENV_PREFIX + "HOME") or "~/.hermes").expanduser()
     path = config_path(home)
     yaml_values = _read_yaml(path)
-    yaml_values.pop("home", None)  # HERMES_HOME decides where config.yaml is; it cannot move it.
     token = _SOURCES.set((env, yaml_values))
     try:
         return Settings(home=home)

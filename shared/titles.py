@@ -10,10 +10,19 @@ MAX_TITLE_CHARS = 100
 
 # Invisible or direction-changing characters that make two titles look alike or reorder text:
 # zero-width and marks (U+200B–200F), bidi embeddings/overrides (U+202A–202E), isolates
-# (U+2066–2069), the Arabic letter mark, word joiner and friends, and the BOM.
-_INVISIBLE = "\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\u061c\u180e\ufeff"
+# (U+2066–2069), the Arabic letter mark, word joiner and the other invisible format characters
+# of U+2060–206F, the soft hyphen, the combining grapheme joiner, the Mongolian vowel
+# separator, interlinear annotation marks, the BOM — and lone surrogates, which are not text
+# at all (undecodable bytes in argv arrive as U+DC80–DCFF and cannot be stored as UTF-8).
+_INVISIBLE = (
+    "\u00ad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+    "\ufeff\ufff9-\ufffb\ud800-\udfff"
+)
 _INVISIBLE_RE = re.compile(f"[{_INVISIBLE}]")
-_CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Control characters that separate words (tab, line and page breaks, NEL) become spaces;
+# every other C0/C1 control goes.
+_BREAK_RE = re.compile("[\t\n\x0b\x0c\r\x1c-\x1f\x85]")
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
 _SPACE_RE = re.compile(r"\s+")
 _LINEAGE_RE = re.compile(r"^(?P<base>.*?) #(?P<n>[1-9]\d{0,6})$")
 
@@ -40,12 +49,11 @@ class TitleSource(IntEnum):
 
 def clean_title(raw: str) -> str:
     """Strip controls and invisible characters, collapse whitespace; keep all other Unicode."""
-    text = unicodedata.normalize("NFC", raw)
-    text = _INVISIBLE_RE.sub("", text)
-    # Tabs and newlines become spaces (collapsed below); other controls go.
-    text = text.replace("\t", " ").replace("\n", " ").replace("\r", " ")
+    text = _INVISIBLE_RE.sub("", raw)
+    text = _BREAK_RE.sub(" ", text)  # collapsed below
     text = _CONTROL_RE.sub("", text)
-    return _SPACE_RE.sub(" ", text).strip()
+    # NFC last, so a removed character cannot keep a letter and its accent apart.
+    return _SPACE_RE.sub(" ", unicodedata.normalize("NFC", text)).strip()
 
 
 def validate_title(raw: str) -> str:
@@ -71,6 +79,10 @@ def lineage_number(title: str) -> int:
     return int(match.group("n")) if match else 1
 
 
+# The longest suffix numbering makes (" #" and up to 7 digits, as _LINEAGE_RE allows).
+_MAX_SUFFIX = len(" #") + 7
+
+
 def numbered(base: str, n: int) -> str:
     """The n-th title of a lineage, shortening the base so the result stays within the limit."""
     if n <= 1:
@@ -79,10 +91,26 @@ def numbered(base: str, n: int) -> str:
     return base[: MAX_TITLE_CHARS - len(suffix)].rstrip() + suffix
 
 
+def in_lineage(title: str, base: str) -> bool:
+    """True when `title` is `base` or its n-th title, including one whose base was shortened
+    to fit the limit (a 100-character "x" continues as "x"[:97] + " #2")."""
+    if title == base:
+        return True
+    n = lineage_number(title)
+    return n > 1 and numbered(base, n) == title
+
+
+def lineage_prefix(base: str) -> str:
+    """A prefix every numbered title of `base`'s lineage starts with (for a LIKE pre-filter)."""
+    if len(base) + _MAX_SUFFIX <= MAX_TITLE_CHARS:
+        return base + " #"
+    return base[: MAX_TITLE_CHARS - _MAX_SUFFIX].rstrip()
+
+
 def next_in_lineage(title: str, taken: set[str]) -> str:
     """The first free numbered title after `title`'s lineage members in `taken`."""
     base = lineage_base(title)
-    highest = max((lineage_number(t) for t in taken if lineage_base(t) == base), default=1)
+    highest = max((lineage_number(t) for t in taken if in_lineage(t, base)), default=1)
     n = max(highest, lineage_number(title)) + 1
     while numbered(base, n) in taken:
         n += 1

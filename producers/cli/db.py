@@ -6,7 +6,7 @@ import click
 
 from producers.cli.app import App, pass_app
 from shared.store.engine import connect, guarded
-from shared.store.migrate import HEAD, current_revision, upgrade_to_head
+from shared.store.migrate import HEAD, schema_status, upgrade_to_head
 
 
 @click.group()
@@ -34,14 +34,21 @@ def upgrade(app: App) -> None:
 def status(app: App) -> None:
     """Show the schema revision of state.db and the newest this hermes knows."""
     store = connect(app.settings.resolved_database_url)
+    where = str(store.path or "the database")
     try:
 
-        def read() -> str | None:
+        def read() -> tuple[str | None, bool]:
             with store.read() as conn:
-                return current_revision(conn)[0]
+                # A foreign or too-new file is refused here too (exit 2), never "needs upgrade".
+                return schema_status(conn, where)
 
-        rev = guarded(store, read)
+        rev, needed = guarded(store, read)
     finally:
         store.close()
-    state = "up to date" if rev == HEAD else "needs `hermes db upgrade`"
-    click.echo(f"{store.path or 'database'}: schema {rev or 'empty'} (newest {HEAD}), {state}")
+    if not needed:
+        state = "up to date"
+    elif rev is None:
+        state = f"created at {HEAD} on first use or by `hermes db upgrade`"
+    else:
+        state = "needs `hermes db upgrade` (opening it upgrades it too)"
+    click.echo(f"{where}: schema {rev or 'empty'} (newest {HEAD}), {state}")

@@ -3,33 +3,55 @@
 from __future__ import annotations
 
 import click
+from sqlalchemy.exc import DatabaseError
 
 from producers.cli.app import EXPECTED_ERRORS, USER_ERRORS, App
+from producers.cli.chat import chat, continue_option, resume_option, run_chat
+from producers.cli.cron import cron_group
 from producers.cli.db import db
+from producers.cli.plugins import PluginGroup
+from producers.cli.search import search
 from producers.cli.sessions import sessions
+from producers.cli.status import status
+from producers.cli.up import up
 from shared import __version__
 
 
 @click.group(
+    cls=PluginGroup,
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(
     __version__, "-V", "--version", package_name="hermes-fleet", prog_name="hermes"
 )
+@continue_option
+@resume_option
 @click.pass_context
-def cli(ctx: click.Context) -> None:
+def cli(ctx: click.Context, continue_: str | None, resume: str | None) -> None:
     """hermes — a session gateway for fleets of LLM chat agents.
 
+    With no command, chat with the agent in this terminal (`hermes chat`); `-c`
+    continues the latest terminal session, `-r` resumes one by id, prefix or title.
     Every conversation is a session in $HERMES_HOME/state.db (default ~/.hermes),
     named, resumable, searchable and exportable.
     """
     if ctx.invoked_subcommand is None:
-        click.echo(ctx.get_help())
+        run_chat(ctx.ensure_object(App), continue_=continue_, resume=resume)
+    elif continue_ is not None or resume is not None:
+        raise click.UsageError(
+            f"-c/-r belong to the chat: `hermes -c`, `hermes chat -r REF` (not with "
+            f"`{ctx.invoked_subcommand}`)"
+        )
 
 
+cli.add_command(chat)
 cli.add_command(sessions)
 cli.add_command(db)
+cli.add_command(up)
+cli.add_command(status)
+cli.add_command(cron_group)
+sessions.add_command(search)
 
 
 def main() -> None:
@@ -48,6 +70,9 @@ def main() -> None:
     except USER_ERRORS as exc:
         click.echo(str(exc.args[0]) if exc.args else str(exc), err=True)
         raise SystemExit(1) from None
+    except DatabaseError as exc:  # locked past the busy timeout, disk full, I/O error
+        click.echo(f"hermes: the database refused: {exc.orig or exc}", err=True)
+        raise SystemExit(2) from None
     finally:
         app.close()
     raise SystemExit(code if isinstance(code, int) else 0)

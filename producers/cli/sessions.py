@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import click
 
-from producers.cli.app import App, pass_app
+from producers.cli.app import App, is_terminal, pass_app
+from producers.cli.browse import browse_cmd
+from producers.cli.guard import store_command
+from producers.cli.prune import prune_cmd
+from producers.cli.render import confirm, human_bytes, listing_table, plural, print_table
+from producers.cli.sessions_io import export_cmd, import_cmd
+from producers.cli.space import file_sizes
+from shared.store import SessionNotFound
 from shared.store import sessions as session_rows
+from shared.titles import TitleSource
 
 
 @click.group()
@@ -17,11 +25,89 @@ def sessions() -> None:
 @click.option("--source", "-s", help="Only sessions from this source (cli, telegram, slack, ...).")
 @click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(1, 10_000))
 @pass_app
+@store_command
 def list_cmd(app: App, source: str | None, limit: int) -> None:
     """Sessions, most recently active first."""
     with app.store().read() as conn:
         rows, more = session_rows.list_sessions(conn, source=source, limit=limit)
-    for row in rows:
-        click.echo(f"{row.record.id}  {row.record.title or '—'}  {row.preview}")
+        total = session_rows.count_sessions(conn, source=source) if more else len(rows)
+    if not rows:
+        click.echo(f"No sessions from {source} yet." if source else "No sessions yet.")
+        return
+    headers, cells = listing_table(rows, app.clock())
+    print_table(headers, cells, terminal=is_terminal())
     if more:
-        click.echo(f"… more sessions exist; use --limit to see more than {limit}.")
+        click.echo(
+            f"Showing {len(rows)} of {total:,} sessions; use --limit to see more.",
+        )
+
+
+@sessions.command("delete")
+@click.argument("session")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@pass_app
+@click.pass_context
+@store_command
+def delete_cmd(ctx: click.Context, app: App, session: str, yes: bool) -> None:
+    """Delete a session and its messages (by id, id prefix or title)."""
+    store = app.store()
+    with store.read() as conn:
+        record = session_rows.resolve_session(conn, session)
+    what = plural(record.message_count, "message")
+    if record.title:
+        what = f'"{record.title}", {what}'
+    if not yes and not confirm(f"Delete session {record.id} ({what})?"):
+        click.echo("Aborted; nothing deleted.", err=True)
+        ctx.exit(1)
+    with store.write() as conn:
+        if not session_rows.delete_session(conn, record.id):
+            raise SessionNotFound(record.id)
+    click.echo(f"Deleted session {record.id} ({plural(record.message_count, 'message')}).")
+
+
+@sessions.command("rename")
+@click.argument("session")
+@click.argument("title", nargs=-1, required=True)
+@pass_app
+@store_command
+def rename_cmd(app: App, session: str, title: tuple[str, ...]) -> None:
+    """Give a session a title; several words need no quotes."""
+    with app.store().write() as conn:
+        record = session_rows.resolve_session(conn, session)
+        session_rows.set_title(conn, record.id, " ".join(title), TitleSource.USER)
+        renamed = session_rows.require_session(conn, record.id)
+    click.echo(f'Renamed {renamed.id} to "{renamed.title}".')
+
+
+@sessions.command("stats")
+@pass_app
+@store_command
+def stats_cmd(app: App) -> None:
+    """Session and message counts per source, and the size of state.db."""
+    store = app.store()
+    with store.read() as conn:
+        totals = session_rows.stats(conn)
+    if totals.sessions == 0:
+        click.echo("No sessions yet.")
+    else:
+        click.echo(f"Sessions: {totals.sessions:,}")
+        click.echo(f"Messages: {totals.messages:,}")
+        width = max(len(source) for source, _, _ in totals.by_source)
+        for source, count, messages in totals.by_source:
+            click.echo(
+                f"  {source:<{width}}  {plural(count, 'session')}, {plural(messages, 'message')}"
+            )
+    if store.path is None:
+        click.echo(f"Database: {store.dialect} server (size not measured here)")
+        return
+    main, wal = file_sizes(store.path)
+    click.echo(
+        f"Database: {store.path}, {human_bytes(main + wal)} on disk "
+        f"({human_bytes(main)} + {human_bytes(wal)} WAL)"
+    )
+
+
+sessions.add_command(export_cmd)
+sessions.add_command(import_cmd)
+sessions.add_command(prune_cmd)
+sessions.add_command(browse_cmd)

@@ -24,6 +24,13 @@ class Store:
         self._writer = engine.execution_options(**{sqlite.BEGIN_OPTION: "IMMEDIATE"})
         self._pid = os.getpid()
         self.path = path
+        # SQLite has one writer at a time. Writers queue at a gate (a mutex within the process,
+        # a kernel file lock across processes) that wakes the next one the moment the last one
+        # commits, instead of in SQLite's busy handler, which polls with sleeps of up to 100 ms
+        # and so leaves the lock idle while writers wait.
+        self._write_lock = (
+            sqlite.WriterGate(path) if engine.dialect.name == "sqlite" and path else None
+        )
 
     @property
     def dialect(self) -> str:
@@ -38,17 +45,32 @@ class Store:
             raise RuntimeError("a Store was carried across fork(); build one per process")
 
     @contextmanager
+    def _corrupt_is_store_error(self) -> Iterator[None]:
+        """A damaged page found mid-query (the schema pages read at open were fine)."""
+        try:
+            yield
+        except exc.DatabaseError as error:
+            if sqlite.is_not_a_database(error.orig or error):
+                where = self.path or "the database"
+                raise StoreError(f"{where} is corrupt or not a SQLite database") from error
+            raise
+
+    @contextmanager
     def write(self) -> Iterator[Connection]:
         """One write transaction (BEGIN IMMEDIATE on SQLite): commit on exit, roll back on error."""
         self._check_process()
-        with self._writer.begin() as conn:
+        if self._write_lock is None:
+            with self._corrupt_is_store_error(), self._writer.begin() as conn:
+                yield conn
+            return
+        with self._write_lock, self._corrupt_is_store_error(), self._writer.begin() as conn:
             yield conn
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
         """A read-only unit of work; nothing it does is committed."""
         self._check_process()
-        with self._engine.connect() as conn:
+        with self._corrupt_is_store_error(), self._engine.connect() as conn:
             try:
                 yield conn
             finally:
@@ -65,6 +87,7 @@ def connect(url: str) -> Store:
     path: Path | None = None
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
+        migrate.preflight(path)  # before prepare_file's chmod and the hook's switch to WAL
         sqlite.prepare_file(path)
         engine = create_engine(url, pool_size=8, max_overflow=8)
         sqlite.install_hooks(engine)

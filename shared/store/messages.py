@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, case, insert, select, update
+from sqlalchemy import Connection, bindparam, case, insert, select, update
 
 from shared.model import MessageRecord
 from shared.store.errors import SessionNotFound
@@ -17,6 +18,59 @@ def encode_tool_calls(tool_calls: Sequence[dict[str, Any]] | str | None) -> str 
     if tool_calls is None or isinstance(tool_calls, str):
         return tool_calls
     return json.dumps(list(tool_calls), ensure_ascii=False, separators=(",", ":"))
+
+
+_BUMP = (
+    update(sessions)
+    .where(sessions.c.id == bindparam("b_session"))
+    .values(
+        last_active_at=case(
+            (sessions.c.last_active_at < bindparam("b_now"), bindparam("b_now")),
+            else_=sessions.c.last_active_at,
+        ),
+        input_tokens=sessions.c.input_tokens + bindparam("b_in"),
+        output_tokens=sessions.c.output_tokens + bindparam("b_out"),
+    )
+)
+_INSERT = insert(messages)
+
+
+@dataclass(frozen=True, slots=True)
+class NewRow:
+    """One message to append (see `append_messages`)."""
+
+    role: str
+    content: str | None
+    timestamp: float
+    tool_calls: Sequence[dict[str, Any]] | str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    token_count: int | None = None
+    platform_message_id: str | None = None
+
+
+def _bump(
+    conn: Connection, session_id: str, now: float, input_tokens: int, output_tokens: int
+) -> None:
+    bumped = conn.execute(
+        _BUMP, {"b_session": session_id, "b_now": now, "b_in": input_tokens, "b_out": output_tokens}
+    )
+    if bumped.rowcount == 0:
+        raise SessionNotFound(session_id)
+
+
+def _values(session_id: str, row: NewRow) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "role": row.role,
+        "content": row.content,
+        "tool_calls": encode_tool_calls(row.tool_calls),
+        "tool_call_id": row.tool_call_id,
+        "tool_name": row.tool_name,
+        "token_count": row.token_count,
+        "timestamp": row.timestamp,
+        "platform_message_id": row.platform_message_id,
+    }
 
 
 def append_message(
@@ -35,35 +89,30 @@ def append_message(
     output_tokens: int = 0,
 ) -> int:
     """Append one message and bump the session's activity; returns the message id."""
-    bumped = conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session_id)
-        .values(
-            last_active_at=case(
-                (sessions.c.last_active_at < now, now), else_=sessions.c.last_active_at
-            ),
-            input_tokens=sessions.c.input_tokens + input_tokens,
-            output_tokens=sessions.c.output_tokens + output_tokens,
-        )
+    _bump(conn, session_id, now, input_tokens, output_tokens)
+    row = NewRow(
+        role, content, now, tool_calls, tool_call_id, tool_name, token_count, platform_message_id
     )
-    if bumped.rowcount == 0:
-        raise SessionNotFound(session_id)
-    result = conn.execute(
-        insert(messages).values(
-            session_id=session_id,
-            role=role,
-            content=content,
-            tool_calls=encode_tool_calls(tool_calls),
-            tool_call_id=tool_call_id,
-            tool_name=tool_name,
-            token_count=token_count,
-            timestamp=now,
-            platform_message_id=platform_message_id,
-        )
-    )
+    result = conn.execute(_INSERT, _values(session_id, row))
     key = result.inserted_primary_key
     assert key is not None
     return int(key[0])
+
+
+def append_messages(
+    conn: Connection,
+    session_id: str,
+    rows: Sequence[NewRow],
+    *,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+) -> None:
+    """Append a turn's messages in order with one activity bump (ids come in that order)."""
+    if not rows:
+        return
+    _bump(conn, session_id, max(r.timestamp for r in rows), input_tokens, output_tokens)
+    for row in rows:  # one statement each: ids must follow the order (executemany may batch)
+        conn.execute(_INSERT, _values(session_id, row))
 
 
 def transcript(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from alembic import command
 from alembic.config import Config
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # The newest revision this code knows; a test keeps it equal to Alembic's head.
-HEAD = "0002"
+HEAD = "0006"
 
 
 def alembic_config(conn: Connection | None = None) -> Config:
@@ -59,6 +61,45 @@ def _judge(rev: str | None, tables: list[str], where: str) -> bool:
             "upgrade hermes-fleet"
         )
     return True
+
+
+def schema_status(conn: Connection, where: str) -> tuple[str | None, bool]:
+    """(stamped revision, upgrade needed); StoreError for a file hermes must not touch."""
+    rev, tables = current_revision(conn)
+    return rev, _judge(rev, tables, where)
+
+
+def preflight(path: Path) -> None:
+    """Refuse a foreign or too-new SQLite file before anything changes it.
+
+    The engine's connect hook switches a file to WAL (a permanent change to its header) and
+    state.db is chmod'ed 0600; neither may happen to a file we then refuse. This look is
+    read-only; a file SQLite cannot read at all is left to the usual checks to report.
+    """
+    try:
+        if path.stat().st_size == 0:
+            return
+    except OSError:
+        return
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=10)
+    except sqlite3.Error:
+        return
+    try:
+        names = conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%'"
+            " ESCAPE '\\'"
+        ).fetchall()
+        tables = [str(row[0]) for row in names]
+        rev: str | None = None
+        if "alembic_version" in tables:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+            rev = str(row[0]) if row and row[0] is not None else None
+    except sqlite3.Error:
+        return
+    finally:
+        conn.close()
+    _judge(rev, tables, str(path))
 
 
 def ensure_head(store: Store, *, upgrade: bool = True) -> None:

@@ -150,6 +150,13 @@ inbox = Table(
     Index("ux_inbox_event", "platform", "event_id", unique=True),
     Index("ux_inbox_key_seq", "session_key", "seq", unique=True),
     Index("ix_inbox_status", "status", "received_at"),
+    Index(
+        "ix_inbox_open",
+        "session_key",
+        "seq",
+        sqlite_where=text("status IN ('waiting', 'running')"),
+        postgresql_where=text("status IN ('waiting', 'running')"),
+    ),
     sqlite_autoincrement=True,
 )
 
@@ -187,4 +194,49 @@ leases = Table(
     Column("expires_at", Float),
     Column("fence", Integer, nullable=False, server_default=text("0")),
     Column("cooldown_until", Float),
+)
+
+# --- agent memory (revision 0005) ---
+
+# Durable notes about one user identity ("<platform>:<user id>"; the terminal's is "cli:local"),
+# saved by the agent's `memory` tool and shown to the model in later sessions.
+memories = Table(
+    "memories",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("owner", Text, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("session_id", Text, ForeignKey("sessions.id", ondelete="SET NULL")),
+    Column("created_at", Float, nullable=False),
+    Index("ix_memories_owner", "owner", "id"),
+    sqlite_autoincrement=True,
+)
+
+# --- cron agent jobs (revision 0006) ---
+
+cron_jobs = Table(
+    "cron_jobs",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("schedule", Text, nullable=False),
+    Column("timezone", Text, nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("deliver_platform", Text),
+    Column("deliver_chat", Text),
+    Column("paused", Integer, nullable=False, server_default=text("0")),
+    Column("created_at", Float, nullable=False),
+    Column("last_slot", Float),
+    Index("ux_cron_jobs_name", "name", unique=True),
+)
+
+# One row per job and slot: the unique key that keeps a slot from running twice.
+cron_runs = Table(
+    "cron_runs",
+    metadata,
+    Column("job_id", Text, ForeignKey("cron_jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("slot", Float, primary_key=True),
+    Column("turn_id", Integer),
+    Column("manual", Integer, nullable=False, server_default=text("0")),
+    Column("created_at", Float, nullable=False),
 )

@@ -6,12 +6,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, func, insert, or_, select, update
 
 from shared.model import SessionRecord
 from shared.store.errors import AmbiguousSession, SessionNotFound, TitleInUse
 from shared.store.schema import messages, sessions, source_stats
-from shared.titles import TitleSource, lineage_base, lineage_number, next_in_lineage, validate_title
+from shared.titles import (
+    TitleSource,
+    in_lineage,
+    lineage_base,
+    lineage_number,
+    lineage_prefix,
+    next_in_lineage,
+    validate_title,
+)
 
 PREVIEW_CHARS = 60
 AMBIGUOUS_SHOWN = 5
@@ -39,14 +47,15 @@ def create_session(
         clean = validate_title(title)
         _ensure_title_free(conn, clean, session_id)
         values.update(title=clean, title_source=title_source.label)
-    conn.execute(insert(sessions).values(**values))
-    record = get_session(conn, session_id)
-    assert record is not None
-    return record
+    conn.execute(insert(sessions), values)
+    return SessionRecord(**values)
+
+
+_GET = select(sessions).where(sessions.c.id == bindparam("b_id"))
 
 
 def get_session(conn: Connection, session_id: str) -> SessionRecord | None:
-    row = conn.execute(select(sessions).where(sessions.c.id == session_id)).first()
+    row = conn.execute(_GET, {"b_id": session_id}).first()
     return SessionRecord.from_row(row) if row else None
 
 
@@ -94,17 +103,21 @@ def resolve_session(conn: Connection, ref: str) -> SessionRecord:
 
 
 def lineage_titles(conn: Connection, title: str) -> list[tuple[str, str, float]]:
-    """(title, id, started_at) of every session in `title`'s lineage ("x", "x #2", ...)."""
+    """(title, id, started_at) of every session in `title`'s lineage ("x", "x #2", ...).
+
+    Near the length limit the numbered titles shorten the base, so the LIKE is only a
+    pre-filter and `in_lineage` decides.
+    """
     base = lineage_base(title)
     rows = conn.execute(
         select(sessions.c.title, sessions.c.id, sessions.c.started_at).where(
             or_(
                 sessions.c.title == base,
-                sessions.c.title.like(_like_prefix(base + " #"), escape="\\"),
+                sessions.c.title.like(_like_prefix(lineage_prefix(base)), escape="\\"),
             )
         )
     ).all()
-    return [(row.title, row.id, row.started_at) for row in rows if lineage_base(row.title) == base]
+    return [(row.title, row.id, row.started_at) for row in rows if in_lineage(row.title, base)]
 
 
 def newest_in_lineage(conn: Connection, title: str) -> SessionRecord | None:
@@ -257,3 +270,128 @@ def delete_sessions(conn: Connection, session_ids: Sequence[str]) -> int:
         return 0
     result = conn.execute(delete(sessions).where(sessions.c.id.in_(list(session_ids))))
     return result.rowcount
+
+
+# --- added for `hermes sessions` (count, title holder, batched prune) ---
+
+
+def count_sessions(conn: Connection, *, source: str | None = None) -> int:
+    """How many sessions (of one source): read from the trigger-kept counters, no scan."""
+    query = select(func.coalesce(func.sum(source_stats.c.sessions), 0))
+    if source:
+        query = query.where(source_stats.c.source == source)
+    return int(conn.execute(query).scalar_one())
+
+
+def title_holder(conn: Connection, title: str) -> str | None:
+    """The id of the session holding exactly `title`, if any."""
+    holder = conn.execute(select(sessions.c.id).where(sessions.c.title == title).limit(1)).scalar()
+    return str(holder) if holder is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class PruneSummary:
+    sessions: int
+    messages: int
+    oldest_ended: float | None
+    newest_ended: float | None
+    sample_titles: list[str]
+
+
+def _prunable_where(ended_before: float, source: str | None) -> list[Any]:
+    where: list[Any] = [sessions.c.ended_at.is_not(None), sessions.c.ended_at < ended_before]
+    if source:
+        where.append(sessions.c.source == source)
+    return where
+
+
+def prune_summary(
+    conn: Connection, *, ended_before: float, source: str | None = None, sample: int = 3
+) -> PruneSummary:
+    """What a prune would delete, aggregated in SQL: counts, end range and a few titles."""
+    where = _prunable_where(ended_before, source)
+    row = conn.execute(
+        select(
+            func.count(),
+            func.coalesce(func.sum(sessions.c.message_count), 0),
+            func.min(sessions.c.ended_at),
+            func.max(sessions.c.ended_at),
+        ).where(*where)
+    ).one()
+    titles = (
+        conn.execute(
+            select(sessions.c.title)
+            .where(*where, sessions.c.title.is_not(None))
+            .order_by(sessions.c.ended_at.desc())
+            .limit(sample)
+        )
+        .scalars()
+        .all()
+    )
+    return PruneSummary(
+        sessions=int(row[0]),
+        messages=int(row[1]),
+        oldest_ended=row[2],
+        newest_ended=row[3],
+        sample_titles=[str(t) for t in titles],
+    )
+
+
+def prune_batch(
+    conn: Connection,
+    *,
+    ended_before: float,
+    source: str | None = None,
+    limit: int = 500,
+    max_messages: int | None = None,
+) -> tuple[int, int]:
+    """Delete up to `limit` of the oldest prunable sessions; (sessions, messages) deleted.
+
+    `max_messages` also bounds the batch by the messages it takes with it (at least one
+    session always goes), so one batch never holds the write lock for long. Call it inside
+    one write transaction (BEGIN IMMEDIATE): the rows picked cannot change before they are
+    deleted, and each batch re-reads the condition.
+    """
+    where = _prunable_where(ended_before, source)
+    picked = conn.execute(
+        select(sessions.c.id, sessions.c.message_count)
+        .where(*where)
+        .order_by(sessions.c.ended_at)
+        .limit(limit)
+    ).all()
+    chosen: list[str] = []
+    taken = 0
+    for row in picked:
+        if chosen and max_messages is not None and taken + row.message_count > max_messages:
+            break
+        chosen.append(row.id)
+        taken += int(row.message_count)
+    if not chosen:
+        return 0, 0
+    result = conn.execute(delete(sessions).where(sessions.c.id.in_(chosen)))
+    return result.rowcount, taken
+
+
+# --- added for the agent (model snapshot) ---
+
+
+def record_model(
+    conn: Connection,
+    session_id: str,
+    *,
+    model: str | None = None,
+    model_config: str | None = None,
+    system_prompt: str | None = None,
+) -> None:
+    """Snapshot what answered this session: model name, its config (JSON), the system prompt."""
+    values = {
+        name: value
+        for name, value in (
+            ("model", model),
+            ("model_config", model_config),
+            ("system_prompt", system_prompt),
+        )
+        if value is not None
+    }
+    if values:
+        conn.execute(update(sessions).where(sessions.c.id == session_id).values(**values))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
+import threading
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Engine, event
@@ -17,6 +20,20 @@ BUSY_TIMEOUT_MS = 10_000
 FTS_TOOL_OUTPUT_CAP = 4000
 # Execution option read by the `begin` hook: writers take the write lock up front.
 BEGIN_OPTION = "hermes_begin"
+# Applies to a new file only (fixed once the first page is written). 8 or 16 KiB pages save
+# 2-3% of the file (fewer half-empty overflow pages) but double or quadruple the WAL bytes of
+# every append (measured with the bench/store.py corpus); 4 KiB wins.
+PAGE_SIZE = 4096
+# The commit that takes the WAL past this size copies it into the database (a checkpoint)
+# before returning. SQLite's default, 1000 pages (4 MiB), puts a 10-20 ms checkpoint into
+# about one append in a hundred, i.e. into the p99; at 16 MiB it lands in about one append in
+# 400 and costs 30-60 ms (bench/store.py). A maintenance task may checkpoint more often with
+# `wal_checkpoint` (PASSIVE: it never waits for, or blocks, writers), taking even that out of
+# the turn path; this threshold is what bounds the WAL when nothing else runs.
+WAL_AUTOCHECKPOINT_BYTES = 16 * 1024 * 1024
+# A WAL that grew past this (a long reader held checkpoints back, a bulk import) is cut back to
+# it when it restarts, so the -wal file does not keep its high-water size on disk.
+JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
 
 
 def prepare_file(path: Path) -> None:
@@ -67,10 +84,19 @@ def install_hooks(engine: Engine) -> None:
         cursor = dbapi_conn.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            cursor.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # before WAL writes page 1
+            if cursor.execute("PRAGMA page_count").fetchone()[0] == 0:
+                # A new file keeps a free-page map so space comes back in small steps
+                # (`reclaim_step`) instead of one VACUUM that holds the write lock for seconds.
+                cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
             mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
             if mode != "wal":
                 cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA synchronous = NORMAL")
+            page_size = cursor.execute("PRAGMA page_size").fetchone()[0]
+            pages = max(1, WAL_AUTOCHECKPOINT_BYTES // page_size)
+            cursor.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+            cursor.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT_BYTES}")
             cursor.execute("PRAGMA foreign_keys = ON")
             cursor.execute("PRAGMA temp_store = MEMORY")
             cursor.execute("PRAGMA cache_size = -16000")
@@ -83,19 +109,30 @@ def install_hooks(engine: Engine) -> None:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
 
+SQLITE_CORRUPT = 11
+SQLITE_NOTADB = 26
+
+
 def is_not_a_database(exc: BaseException) -> bool:
+    """SQLITE_CORRUPT or SQLITE_NOTADB (by result code: "malformed JSON" is not corruption)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (SQLITE_CORRUPT, SQLITE_NOTADB)
     text = str(exc).lower()
-    return "file is not a database" in text or "malformed" in text
+    return "file is not a database" in text or "database disk image is malformed" in text
 
 
 # --- DDL used by migrations (kept here so callers never see SQLite-only SQL) ---
 
+# Rows with NULL content (tool-call-only turns) are never indexed by the triggers, so the view
+# must not offer them either: FTS5's 'integrity-check' compares the index with this view.
 FTS_SOURCE_VIEW = f"""
 CREATE VIEW messages_fts_source AS
 SELECT id,
        CASE WHEN role = 'tool' THEN substr(content, 1, {FTS_TOOL_OUTPUT_CAP}) ELSE content END
          AS content
 FROM messages
+WHERE content IS NOT NULL
 """
 
 FTS_TABLE = """
@@ -131,9 +168,14 @@ CREATE TRIGGER messages_fts_au AFTER UPDATE OF content, role ON messages BEGIN
 END""",
 ]
 
-# FTS5 merges segments as part of ordinary inserts ("automerge"); a large merge inside one
-# append is how a chat turn stalls for seconds. Keep per-insert merging small and bounded;
-# `fts_merge_step` does the rest from maintenance.
+# FTS5 merges segments as part of ordinary inserts. With automerge on, every 64 leaf pages
+# written (about 64 appends) do at most 64 x levels pages of merge work, and a big merge
+# proceeds in such steps across many appends: bounded (the largest steps take 20-45 ms at 1M
+# messages; bench/store.py) and it keeps the index near 30-70 segments, which queries do not
+# notice. Automerge off is worse without a maintenance runner: segments then
+# pile up until 'crisismerge' merges a whole level inside one append, each level 64 times
+# bigger than the last (seconds at 1M). With automerge at 4 a crisis merge never comes.
+# `fts_merge_step` lets maintenance merge further, bounded, outside the turn path.
 FTS_TUNING = [
     "INSERT INTO messages_fts(messages_fts, rank) VALUES ('automerge', 4)",
     "INSERT INTO messages_fts(messages_fts, rank) VALUES ('crisismerge', 64)",
@@ -177,8 +219,92 @@ END""",
 ]
 
 
+def wal_checkpoint(dbapi_conn: sqlite3.Connection, mode: str = "PASSIVE") -> tuple[int, int, int]:
+    """Copy the WAL into the database file: (busy, WAL frames, frames checkpointed).
+
+    PASSIVE copies what no reader still needs and waits for nobody, so a maintenance task can
+    run it at any time without stalling turn writes. Run it outside a transaction.
+    """
+    if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
+        raise ValueError(f"unknown checkpoint mode {mode!r}")
+    row = dbapi_conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+    return int(row[0]), int(row[1]), int(row[2])
+
+
 def fts_merge_step(conn: Any, pages: int = 200) -> None:
     """One bounded step of FTS5 segment merging, for maintenance (never inside an append)."""
     conn.exec_driver_sql(
         "INSERT INTO messages_fts(messages_fts, rank) VALUES ('merge', ?)", (pages,)
     )
+
+
+class WriterGate:
+    """Where a process's write transactions queue for SQLite's single write lock.
+
+    Threads wait on a mutex; processes on an exclusive flock of `<state.db>-writer.lock`. Both
+    hand over at once on release, where SQLite's busy handler would poll with growing sleeps.
+    A process that dies holding the flock loses it with its descriptors. The gate is a courtesy
+    among hermes processes: SQLite's own lock (and busy timeout) still guards the file.
+    """
+
+    def __init__(self, db_path: Path) -> None:
+        self._path = Path(f"{db_path}-writer.lock")
+        self._mutex = threading.RLock()
+        self._depth = 0
+        self._fd: int | None = None
+        self._pid = 0
+
+    def _descriptor(self) -> int:
+        if self._fd is None or self._pid != os.getpid():
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._pid = os.getpid()
+        return self._fd
+
+    def __enter__(self) -> WriterGate:
+        self._mutex.acquire()
+        try:
+            if self._depth == 0:
+                fcntl.flock(self._descriptor(), fcntl.LOCK_EX)
+        except BaseException:
+            self._mutex.release()
+            raise
+        self._depth += 1
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._depth -= 1
+        try:
+            if self._depth == 0 and self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._mutex.release()
+
+
+INCREMENTAL = 2
+
+
+def auto_vacuum_mode(dbapi_conn: sqlite3.Connection) -> int:
+    """0 none, 1 full, 2 incremental (files made by hermes-fleet are incremental)."""
+    return int(dbapi_conn.execute("PRAGMA auto_vacuum").fetchone()[0])
+
+
+def free_pages(dbapi_conn: sqlite3.Connection) -> int:
+    return int(dbapi_conn.execute("PRAGMA freelist_count").fetchone()[0])
+
+
+def reclaim_step(conn: Any, pages: int) -> int:
+    """Give up to `pages` free pages back to the file system inside the caller's (short) write
+    transaction; returns how many remain free. Only for incremental auto-vacuum files."""
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        # The pragma frees one page per VM step and the driver's execute() steps once;
+        # executescript runs it to the end (and, with isolation_level None, commits nothing).
+        cursor.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
+        return int(cursor.execute("PRAGMA freelist_count").fetchone()[0])
+    finally:
+        cursor.close()

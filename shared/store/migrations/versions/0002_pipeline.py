@@ -63,6 +63,14 @@ def upgrade() -> None:
     op.create_index("ux_inbox_event", "inbox", ["platform", "event_id"], unique=True)
     op.create_index("ux_inbox_key_seq", "inbox", ["session_key", "seq"], unique=True)
     op.create_index("ix_inbox_status", "inbox", ["status", "received_at"])
+    open_only = sa.text("status IN ('waiting', 'running')")
+    op.create_index(
+        "ix_inbox_open",
+        "inbox",
+        ["session_key", "seq"],
+        sqlite_where=open_only,
+        postgresql_where=open_only,
+    )
     op.create_table(
         "outbox",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),

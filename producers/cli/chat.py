@@ -1,0 +1,205 @@
+"""`hermes` / `hermes chat`: talk to the agent from this terminal; `-q` for one message.
+
+Terminal turns are `cli` platform turns through the same inbox and workers as every other
+surface (see chat_client for the route scheme). With nothing else running, the chat brings
+up the embedded stack for itself and stops it on exit (chat_stack).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from producers.cli.app import App, fail, pass_app
+from producers.cli.chat_client import NothingToResume, TerminalChat
+from producers.cli.chat_stack import ChatStack
+from producers.stack.embedded_redis import EmbeddedRedisError
+from producers.wake import BrokerWaker, broker_client
+from shared.turns import Attachment
+
+CONTINUE_HELP = "Resume the latest terminal session, or the newest in NAME's lineage."
+RESUME_HELP = "Resume a session by id, unique id prefix or title."
+
+
+def continue_option(func):  # type: ignore[no-untyped-def]
+    return click.option(
+        "-c",
+        "--continue",
+        "continue_",
+        is_flag=False,
+        flag_value="",
+        default=None,
+        metavar="[NAME]",
+        help=CONTINUE_HELP,
+    )(func)
+
+
+def resume_option(func):  # type: ignore[no-untyped-def]
+    return click.option("-r", "--resume", metavar="ID|PREFIX|TITLE", help=RESUME_HELP)(func)
+
+
+def attachment_for(path: str) -> Attachment:
+    """A local file as an attachment: its kind from its type (the worker reads the file)."""
+    import mimetypes
+
+    file = Path(path).expanduser().resolve()
+    mime = mimetypes.guess_type(file.name)[0]
+    major = (mime or "").split("/")[0]
+    kind = major if major in ("image", "audio") else "document" if major == "text" else "file"
+    return Attachment(
+        kind=kind, name=file.name, mime_type=mime, path=str(file), size=file.stat().st_size
+    )
+
+
+@click.command()
+@click.option("-q", "--query", metavar="TEXT", help="Send one message, print the reply, exit.")
+@continue_option
+@resume_option
+@click.option(
+    "-a",
+    "--attach",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Attach a file to the -q message (repeatable).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=600,
+    show_default=True,
+    help="With -q: seconds to wait for the reply.",
+)
+@pass_app
+def chat(
+    app: App,
+    query: str | None,
+    continue_: str | None,
+    resume: str | None,
+    attach: tuple[str, ...],
+    timeout: float,
+) -> None:
+    """Chat with the agent in this terminal (what `hermes` alone runs).
+
+    Prints the session id on exit; `hermes -c` continues the latest terminal session,
+    `hermes -r ID|PREFIX|TITLE` a given one, with a recap of where you left off.
+    """
+    run_chat(app, query=query, continue_=continue_, resume=resume, attach=attach, timeout=timeout)
+
+
+def run_chat(
+    app: App,
+    *,
+    query: str | None = None,
+    continue_: str | None = None,
+    resume: str | None = None,
+    attach: tuple[str, ...] = (),
+    timeout: float = 600,
+) -> None:
+    if continue_ is not None and resume is not None:
+        raise click.UsageError("use -c/--continue or -r/--resume, not both")
+    if attach and query is None:
+        raise click.UsageError("--attach goes with -q; in a chat, type /attach PATH")
+    settings = app.settings
+    notes = Console(stderr=True, highlight=False)
+    store = app.store()
+    producer = broker_client(settings)
+    app._closers.append(producer.close)
+    terminal = TerminalChat(settings, store, BrokerWaker(producer), app.clock)
+    resumed = None
+    if resume is not None or continue_ is not None:
+        try:
+            found = terminal.find(resume=resume, continue_name=continue_ or None)
+        except NothingToResume as exc:
+            fail(str(exc), 1)
+        resumed = terminal.attach(found)
+    else:
+        terminal.start_fresh()
+    stack = ChatStack(settings, say=lambda line: _say(notes, line))
+    repl = None
+    if query is None:
+        from producers.cli.chat_repl import Repl
+
+        repl = Repl(terminal, settings, Console(highlight=False), notes)
+        repl.header()
+    hang_up = _leave_on_signals()
+    try:
+        try:
+            stack.ensure()
+        except EmbeddedRedisError as exc:
+            fail(f"hermes: {exc}", 2)
+        if repl is not None:
+            code = repl.run(resumed)
+        else:
+            assert query is not None
+            files = tuple(attachment_for(p) for p in attach)
+            code = _one_shot(terminal, notes, query, files, timeout)
+    finally:
+        hang_up()
+        terminal.close()
+        with _signals_ignored():  # a second Ctrl-C or hang-up must not strand the stack
+            stack.close()
+    if code:
+        raise SystemExit(code)
+
+
+def _one_shot(
+    terminal: TerminalChat,
+    notes: Console,
+    text: str,
+    attachments: tuple[Attachment, ...],
+    timeout: float,
+) -> int:
+    """`-q`: the reply on stdout (nothing else), the session id on stderr."""
+    if not text.strip() and not attachments:
+        raise click.UsageError("-q needs some text")
+    turn_id = terminal.send(text, attachments)
+    outcome = terminal.wait(turn_id, timeout=timeout)
+    session_id = terminal.session_id() or terminal.chat_id
+    if outcome is None:
+        notes.print(
+            f"No reply within {timeout:.0f}s; the message stays queued in session {session_id}.",
+            markup=False,
+        )
+        return 1
+    for line in outcome.replies:
+        click.echo(line)
+    notes.print(f"session {session_id}", style="dim", markup=False)
+    return 0 if outcome.status == "done" else 1
+
+
+def _say(console: Console, line: str) -> None:
+    with contextlib.suppress(OSError):  # the terminal went away (hang-up): keep shutting down
+        console.print(line, style="dim", markup=False, soft_wrap=True)
+
+
+def _leave_on_signals() -> Callable[[], None]:
+    """A closed terminal (SIGHUP) or a SIGTERM leaves the chat like Ctrl-D: the stack it
+    started is stopped. Returns the function that restores the previous handlers."""
+
+    def leave(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, leave) for sig in (signal.SIGHUP, signal.SIGTERM)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    signals = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

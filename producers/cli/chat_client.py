@@ -1,0 +1,231 @@
+"""The terminal's side of a chat: one route per terminal, turns in through the inbox, replies
+read back from the outbox.
+
+Scheme: a terminal talks as platform `cli`, chat type `dm`, user `local`, with chat id = the
+id of the session it is attached to — a fresh 6-hex CLI id for a new chat (the drain creates
+the session under that very id on the first turn), or the resumed session's own chat id. The
+route `agent:main:cli:dm:<chat id>` maps it to the current session; resuming binds that route
+to the resumed session (the newest of its compression lineage), so `/new`, `/compress` and
+`/resume` inside the chat move the route and the terminal follows it.
+
+A reply is waited for by reading the turn's status and outbox rows; when the broker is Redis
+the terminal also subscribes to `hermes:cli:<chat id>`, which the worker's cli sender
+publishes on, to wake at once instead of at the next poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from producers.intake import accept, key_for
+from shared.ids import new_session_id
+from shared.model import MessageRecord, SessionRecord
+from shared.platforms import CLI, DM
+from shared.ports import Waker
+from shared.settings import Settings
+from shared.store import Store, inbox, messages, outbox
+from shared.store import sessions as session_rows
+from shared.store.memory import LOCAL_USER
+from shared.store.resume import (
+    bind_route,
+    latest_session,
+    lineage_head,
+    reopen_session,
+    route_session_id,
+)
+from shared.turns import Attachment, InboundTurn
+
+CHANNEL = "hermes:cli:{chat_id}"  # workers.delivery.cli.channel_for publishes here
+POLL_SECONDS = 0.25
+REWAKE_SECONDS = 5.0  # no beat runs beside a terminal's own stack: re-send a lost wake-up
+FINISHED = {inbox.DONE, inbox.FAILED, inbox.CANCELLED, inbox.DEAD}
+RECAP_MESSAGES = 400
+
+
+class NothingToResume(LookupError):
+    """`hermes -c` with no earlier terminal session, or a name with no session."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: str
+    replies: list[str]
+    waited: float
+
+
+def subscriber(settings: Settings, chat_id: str) -> Any | None:
+    """A Redis pub/sub on the terminal's channel, or None (the terminal then only polls)."""
+    url = settings.resolved_broker_url
+    try:
+        import redis
+
+        if url.startswith("redis+socket://"):
+            client = redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
+        elif url.startswith(("redis://", "rediss://")):
+            client = redis.Redis.from_url(url)
+        else:
+            return None
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.subscribe(CHANNEL.format(chat_id=chat_id))
+        except Exception:
+            pubsub.close()
+            client.close()
+            raise
+        pubsub.hermes_client = client  # closed with it
+        return pubsub
+    except Exception:  # no broker yet, or not Redis: polling alone is slower, not wrong
+        return None
+
+
+class TerminalChat:
+    """One terminal's conversation: which session it is on, sending turns, waiting for replies."""
+
+    def __init__(self, settings: Settings, store: Store, waker: Waker, clock: Callable[[], float]):
+        self.settings = settings
+        self.store = store
+        self.waker = waker
+        self.clock = clock
+        self.chat_id = ""
+        self.key = ""
+        self._pubsub: Any | None = None
+
+    # --- which session ---
+
+    def start_fresh(self) -> None:
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        with self.store.read() as conn:
+            for _ in range(5):
+                chat_id = new_session_id(now, gateway=False)
+                if session_rows.get_session(conn, chat_id) is None:
+                    break
+        self._use(chat_id)
+
+    def find(self, *, resume: str | None = None, continue_name: str | None = None) -> SessionRecord:
+        """The session `-r REF` or `-c [NAME]` names, at the head of its compression lineage."""
+        with self.store.read() as conn:
+            if resume is not None:
+                found = session_rows.resolve_session(conn, resume)
+            elif continue_name:
+                maybe = session_rows.newest_in_lineage(conn, continue_name)
+                if maybe is None:
+                    raise NothingToResume(f"No session is titled {continue_name!r}.")
+                found = maybe
+            else:
+                latest = latest_session(conn, CLI)
+                if latest is None:
+                    raise NothingToResume("No earlier terminal session to continue.")
+                found = latest
+            return lineage_head(conn, found)
+
+    def attach(self, session: SessionRecord) -> SessionRecord:
+        """Bind this terminal's route to `session` (reopening it if /new or /reset ended it)."""
+        chat_id = session.chat_id if session.source == CLI and session.chat_id else session.id
+        self._use(chat_id)
+        with self.store.write() as conn:
+            reopen_session(conn, session.id)
+            bind_route(
+                conn,
+                self.key,
+                session.id,
+                platform=CLI,
+                chat_id=chat_id,
+                chat_type=DM,
+                user_id=LOCAL_USER,
+                now=self.clock(),
+            )
+            return session_rows.require_session(conn, session.id)
+
+    def _use(self, chat_id: str) -> None:
+        self.chat_id = chat_id
+        self.key = key_for(self._turn("probe", ""), self.settings).key
+
+    def session_id(self) -> str | None:
+        with self.store.read() as conn:
+            return route_session_id(conn, self.key)
+
+    def session(self) -> SessionRecord | None:
+        session_id = self.session_id()
+        if session_id is None:
+            return None
+        with self.store.read() as conn:
+            return session_rows.get_session(conn, session_id)
+
+    def transcript(self, session_id: str) -> list[MessageRecord]:
+        with self.store.read() as conn:
+            return messages.last_messages(conn, session_id, RECAP_MESSAGES)
+
+    # --- turns ---
+
+    def _turn(self, event: str, text: str, attachments: tuple[Attachment, ...] = ()) -> InboundTurn:
+        return InboundTurn(
+            platform=CLI,
+            chat_id=self.chat_id,
+            chat_type=DM,
+            event_id=event,
+            text=text,
+            user_id=LOCAL_USER,
+            attachments=attachments,
+        )
+
+    def send(self, text: str, attachments: tuple[Attachment, ...] = ()) -> int:
+        """Record a turn (the worker is woken); returns its id."""
+        if self._pubsub is None:
+            self._pubsub = subscriber(self.settings, self.chat_id)
+        event = f"{self.chat_id}:{uuid.uuid4().hex}"
+        turn = self._turn(event, text, attachments)
+        accepted = accept(self.store, self.waker, turn, settings=self.settings, clock=self.clock)
+        return accepted.turn_id
+
+    def status(self, turn_id: int) -> str:
+        with self.store.read() as conn:
+            row = inbox.get_turn(conn, turn_id)
+        return row.status if row is not None else inbox.DEAD
+
+    def wait(
+        self,
+        turn_id: int,
+        *,
+        timeout: float | None = None,
+        tick: Callable[[float, str], None] = lambda waited, status: None,
+    ) -> Outcome | None:
+        """Wait for the turn to finish; its replies (None when `timeout` passes first)."""
+        started = time.monotonic()
+        last_wake = started
+        while True:
+            with self.store.read() as conn:
+                row = inbox.get_turn(conn, turn_id)
+                rows = outbox.for_turn(conn, turn_id)
+            waited = time.monotonic() - started
+            status = row.status if row is not None else inbox.DEAD
+            if status in FINISHED:
+                return Outcome(status, [r.text for r in rows], waited)
+            if timeout is not None and waited >= timeout:
+                return None
+            tick(waited, status)
+            if time.monotonic() - last_wake >= REWAKE_SECONDS:
+                self.waker.drain(self.key)  # harmless if the first one arrived
+                last_wake = time.monotonic()
+            self._pause()
+
+    def _pause(self) -> None:
+        if self._pubsub is not None:
+            try:
+                self._pubsub.get_message(timeout=POLL_SECONDS)
+                return
+            except Exception:  # the broker went away: poll from now on
+                self.close()
+        time.sleep(POLL_SECONDS)
+
+    def close(self) -> None:
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                self._pubsub.close()
+                self._pubsub.hermes_client.close()
+            self._pubsub = None

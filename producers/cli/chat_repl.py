@@ -1,0 +1,198 @@
+"""The interactive chat: read a line (history, line editing), send it, show the reply.
+
+Local to the terminal: /exit, /quit, Ctrl-D (leave), /attach PATH (a file for the next
+message). Every other /command goes to the worker like any platform's. Ctrl-C during a reply
+sends /stop; a second Ctrl-C stops waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from producers.cli.chat_client import Outcome, TerminalChat
+from producers.cli.recap_view import ASSISTANT_STYLE, USER_STYLE, render_recap
+from shared import __version__
+from shared.model import SessionRecord
+from shared.settings import Settings
+from shared.store import inbox
+from shared.turns import Attachment
+
+SLOW_WORKER_SECONDS = 15.0
+LEAVE = {"/exit", "/quit", "/q"}
+
+
+class LineReader:
+    """prompt_toolkit on a terminal (history in $HERMES_HOME/cli_history); plain lines otherwise."""
+
+    def __init__(self, home: Path) -> None:
+        self._session: Any = None
+        self._prompt: Any = None
+        if sys.stdin.isatty() and sys.stdout.isatty():
+            from prompt_toolkit import PromptSession
+            from prompt_toolkit.formatted_text import HTML
+            from prompt_toolkit.history import FileHistory
+
+            path = home / "cli_history"
+            path.touch(mode=0o600, exist_ok=True)
+            self._session = PromptSession(history=FileHistory(str(path)))
+            self._prompt = HTML("<ansiyellow><b>●</b></ansiyellow> ")
+
+    def read(self) -> str:
+        if self._session is not None:
+            return str(self._session.prompt(self._prompt))
+        line = sys.stdin.readline()
+        if not line:
+            raise EOFError
+        return line.rstrip("\n")
+
+
+class Repl:
+    def __init__(
+        self, terminal: TerminalChat, settings: Settings, console: Console, notes: Console
+    ) -> None:
+        self.terminal = terminal
+        self.settings = settings
+        self.console = console
+        self.notes = notes
+        self.pending: list[Attachment] = []
+
+    def header(self) -> None:
+        """The first line: which hermes, which model (printed before the stack comes up)."""
+        endpoint = self.settings.model_endpoint
+        if endpoint is None:
+            model = (
+                "offline model (no model endpoint configured: set model.base_url and "
+                f"model.name in {self.settings.home / 'config.yaml'})"
+            )
+        else:
+            model = f"{endpoint.name} at {endpoint.base_url}"
+        self.console.print(Text(f"hermes {__version__} · {model}", style="bold"))
+
+    def run(self, resumed: SessionRecord | None) -> int:
+        self._banner(resumed)
+        reader = LineReader(self.settings.home)
+        while True:
+            try:
+                line = reader.read().strip()
+            except EOFError:
+                break
+            except KeyboardInterrupt:
+                continue
+            if not line:
+                continue
+            if line.split()[0] in LEAVE:
+                break
+            if line.startswith("/attach"):
+                self._attach(line.removeprefix("/attach").strip())
+                continue
+            self._turn(line)
+        self._goodbye()
+        return 0
+
+    # --- around the conversation ---
+
+    def _banner(self, resumed: SessionRecord | None) -> None:
+        if resumed is not None:
+            transcript = self.terminal.transcript(resumed.id)
+            render_recap(self.console, resumed, transcript, self.settings.display.resume_display)
+        else:
+            self.console.print(Text("New session.", style="dim"), end=" ")
+        self.console.print(
+            Text("Type a message; /help lists commands; /exit or Ctrl-D leaves.", style="dim")
+        )
+
+    def _goodbye(self) -> None:
+        with contextlib.suppress(OSError):  # the terminal is gone
+            self._farewell()
+
+    def _farewell(self) -> None:
+        session = self.terminal.session()
+        if session is None:
+            self.console.print(Text("Nothing was sent, so no session was saved.", style="dim"))
+            return
+        name = f' "{session.title}"' if session.title else ""
+        self.console.print(Text(f"Session {session.id}{name} saved.", style="bold"))
+        how = f"Resume it with: hermes -r {session.id}"
+        if session.title:
+            how += f'   or: hermes -c "{session.title}"'
+        self.console.print(Text(how, style="dim"))
+
+    def _attach(self, path: str) -> None:
+        from producers.cli.chat import attachment_for
+
+        if not path or not Path(path).expanduser().is_file():
+            self.console.print(Text(f"No such file: {path or '(none given)'}", style="red"))
+            return
+        attachment = attachment_for(path)
+        self.pending.append(attachment)
+        self.console.print(
+            Text(f"Attached {attachment.name} ({attachment.kind}); it goes with your next message.",
+                 style="dim")
+        )  # fmt: skip
+
+    # --- one turn ---
+
+    def _turn(self, text: str) -> None:
+        before = self.terminal.session_id()
+        turn_id = self.terminal.send(text, tuple(self.pending))
+        self.pending.clear()
+        self._stop_replies: list[str] = []
+        outcome = self._wait(turn_id)
+        if outcome is not None:
+            self._show(outcome, command=text.startswith("/"))
+        for reply in self._stop_replies:
+            self.console.print(Text(reply, style="cyan"))
+        self._follow(before, resumed=text.startswith("/resume"))
+
+    def _wait(self, turn_id: int) -> Outcome | None:
+        stopped: Outcome | None = None
+        with self.console.status("thinking…", spinner="dots") as status:
+
+            def tick(waited: float, state: str) -> None:
+                if state == inbox.WAITING and waited > SLOW_WORKER_SECONDS:
+                    status.update("waiting for a worker… (`hermes status` shows what is running)")
+                else:
+                    status.update(f"thinking… {waited:.0f}s" if waited >= 2 else "thinking…")
+
+            try:
+                return self.terminal.wait(turn_id, tick=tick)
+            except KeyboardInterrupt:
+                status.update("stopping… (Ctrl-C again to stop waiting)")
+                try:
+                    stop_id = self.terminal.send("/stop")
+                    outcome = self.terminal.wait(turn_id)
+                    stopped = self.terminal.wait(stop_id)
+                except KeyboardInterrupt:
+                    return None
+        self._stop_replies = stopped.replies if stopped is not None else []
+        return outcome
+
+    def _show(self, outcome: Outcome, *, command: bool) -> None:
+        if outcome.status == inbox.CANCELLED:
+            self.console.print(Text("(stopped)", style="dim"))
+        for reply in outcome.replies:
+            if command:
+                self.console.print(Text(reply, style="cyan"))
+            elif outcome.status in (inbox.FAILED, inbox.DEAD):
+                self.console.print(Text(reply, style="yellow"))
+            else:
+                self.console.print(Text.assemble(("◆ ", f"bold {ASSISTANT_STYLE}"), reply))
+
+    def _follow(self, before: str | None, *, resumed: bool) -> None:
+        """The route moved (compression, /resume): say where the conversation went."""
+        after = self.terminal.session()
+        if after is None or before is None or after.id == before:
+            return
+        if after.parent_session_id == before:
+            name = f' "{after.title}"' if after.title else ""
+            note = f"Context compressed: continuing in session {after.id}{name}."
+            self.console.print(Text(note, style=f"dim {USER_STYLE}"))
+        elif resumed:
+            transcript = self.terminal.transcript(after.id)
+            render_recap(self.console, after, transcript, self.settings.display.resume_display)

@@ -1,0 +1,94 @@
+"""`hermes sessions prune`: delete ended sessions older than a cutoff, then reclaim the space."""
+
+from __future__ import annotations
+
+import click
+
+from producers.cli.app import App, pass_app
+from producers.cli.guard import store_command
+from producers.cli.render import confirm, human_bytes, local_date, plural, progress_bar
+from producers.cli.space import ReclaimError, reclaim
+from shared.store import sessions as session_rows
+
+DAY = 86_400.0
+PRUNE_BATCH = 500
+# Messages (with their FTS rows) deleted per write transaction, so turn writes never wait long.
+PRUNE_BATCH_MESSAGES = 20_000
+TITLES_SHOWN = 3
+
+
+def describe(summary: session_rows.PruneSummary) -> str:
+    """`12 ended sessions (340 messages), ended 2024-01-02 … 2024-03-01, e.g. "a", "b"`."""
+    text = f"{plural(summary.sessions, 'ended session')} ({plural(summary.messages, 'message')})"
+    if summary.oldest_ended is not None and summary.newest_ended is not None:
+        oldest, newest = local_date(summary.oldest_ended), local_date(summary.newest_ended)
+        text += f", ended {oldest}" if oldest == newest else f", ended {oldest} … {newest}"
+    if summary.sample_titles:
+        text += ", e.g. " + ", ".join(f'"{title}"' for title in summary.sample_titles)
+    return text
+
+
+@click.command("prune")
+@click.option(
+    "--older-than",
+    "days",
+    default=90,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="DAYS",
+    help="Only sessions that ended more than DAYS days ago.",
+)
+@click.option("--source", "-s", help="Only sessions from this source.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
+@pass_app
+@store_command
+def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool) -> None:
+    """Delete ended sessions older than DAYS days (live sessions are never pruned)."""
+    store = app.store()
+    cutoff = app.clock() - days * DAY
+    with store.read() as conn:
+        summary = session_rows.prune_summary(
+            conn, ended_before=cutoff, source=source, sample=TITLES_SHOWN
+        )
+    scope = f" from {source}" if source else ""
+    if summary.sessions == 0:
+        click.echo(f"Nothing to prune: no sessions{scope} ended more than {days} days ago.")
+        return
+    click.echo(f"Will delete {describe(summary)}{scope}.")
+    if dry_run:
+        click.echo("Dry run: nothing deleted.")
+        return
+    if not yes and not confirm("Delete them?"):
+        click.echo("Aborted; nothing deleted.", err=True)
+        click.get_current_context().exit(1)
+    deleted = messages = 0
+    with progress_bar(summary.sessions, "Pruning") as advance:
+        while True:
+            with store.write() as conn:
+                count, gone = session_rows.prune_batch(
+                    conn,
+                    ended_before=cutoff,
+                    source=source,
+                    limit=PRUNE_BATCH,
+                    max_messages=PRUNE_BATCH_MESSAGES,
+                )
+            if count == 0:
+                break
+            deleted += count
+            messages += gone
+            advance(count)
+    click.echo(f"Deleted {plural(deleted, 'session')} ({plural(messages, 'message')}).")
+    if not app.settings.sessions.vacuum_after_prune:
+        return
+    try:
+        sizes = reclaim(store) if deleted else None
+    except ReclaimError as error:
+        click.echo(f"Could not reclaim space now ({error}); the freed pages will be reused.")
+        return
+    if sizes is not None:
+        before, after = sizes
+        click.echo(
+            f"Reclaimed space: state.db was {human_bytes(before)} ({before:,} bytes), "
+            f"now {human_bytes(after)} ({after:,} bytes)."
+        )

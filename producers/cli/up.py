@@ -1,0 +1,140 @@
+"""`hermes up`: everything on this machine — broker, workers, exactly one beat, receivers."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import sys
+from typing import IO, Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from producers.cli.app import App, fail, pass_app
+from producers.stack.embedded_redis import EmbeddedRedis, EmbeddedRedisError
+from producers.stack.supervisor import Supervisor
+from shared.settings import Settings
+
+COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red"]
+
+
+def hermes_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "producers.cli.main", *args]
+
+
+def receivers(settings: Settings) -> list[str]:
+    """Platforms that have credentials and a receiver command (added by the platforms work)."""
+    from producers.cli.plugins import _points
+
+    if "gateway" not in _points():
+        return []
+    names = []
+    for name in ("telegram", "slack", "discord"):
+        platform = getattr(settings.platforms, name)
+        if platform.enabled and platform.token is not None:
+            names.append(name)
+    return names
+
+
+def _lock(settings: Settings) -> IO[str]:
+    settings.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    handle = (settings.run_dir / "up.lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        pid = handle.read().strip() or "?"
+        fail(f"hermes up is already running for {settings.home} (pid {pid})", 1)
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+@click.command()
+@click.option("--workers", "-w", type=click.IntRange(1, 64), help="Worker processes.")
+@click.option("--concurrency", "-c", type=click.IntRange(1, 1024), help="Turns per worker.")
+@click.option("--no-beat", is_flag=True, help="Do not start beat (another machine runs it).")
+@pass_app
+def up(app: App, workers: int | None, concurrency: int | None, no_beat: bool) -> None:
+    """Run everything on this machine until Ctrl-C.
+
+    Starts a private Redis under HERMES_HOME (unless HERMES_BROKER_URL is set), worker
+    processes, exactly one beat, and a receiver for each platform that has credentials.
+    """
+    settings = app.settings
+    console = Console(stderr=True, highlight=False)
+    store = app.store()  # create or upgrade state.db now, so a bad file stops us here
+    lock = _lock(settings)
+    broker = EmbeddedRedis(settings.run_dir) if settings.uses_embedded_broker else None
+    if broker is not None:
+        try:
+            broker.start()
+        except EmbeddedRedisError as exc:
+            fail(f"hermes up: {exc}", 2)
+    colours: dict[str, str] = {}
+
+    def show(name: str, line: str) -> None:
+        colour = colours.setdefault(name, COLOURS[len(colours) % len(COLOURS)])
+        console.print(f"[{colour}]{name:>10} │[/] {line}", markup=True, soft_wrap=True)
+
+    sup = Supervisor(show)
+    count = workers or settings.workers.processes
+    per_worker = str(concurrency or settings.workers.concurrency)
+    for index in range(1, count + 1):
+        sup.add(
+            f"worker-{index}",
+            hermes_argv("worker", "-c", per_worker, "-n", f"worker{index}@%h", "-l", "WARNING"),
+        )
+    if not no_beat:
+        sup.add("beat", hermes_argv("beat", "-l", "WARNING"))
+    for platform in receivers(settings):
+        sup.add(platform, hermes_argv("gateway", platform))
+    sup.start_all()
+    _summary(console, settings, store.path, broker, sup)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        sup.watch()
+    except KeyboardInterrupt:
+        console.print("[bold]Stopping…[/] (waiting for running turns to finish)")
+    finally:
+        sup.stop()
+        if broker is not None:
+            broker.stop()
+        lock.close()
+    console.print("[bold]Stopped.[/] Everything hermes up started has exited.")
+
+
+def _summary(
+    console: Console, settings: Settings, db: Any, broker: EmbeddedRedis | None, sup: Supervisor
+) -> None:
+    table = Table(title="hermes up", show_header=True, header_style="bold")
+    table.add_column("role")
+    table.add_column("pid", justify="right")
+    table.add_column("where")
+    if broker is not None:
+        table.add_row("broker", str(broker.pid), f"{broker.url} (embedded Redis)")
+    else:
+        table.add_row("broker", "—", _redact(settings.resolved_broker_url))
+    table.add_row("state", "—", str(db or _redact(settings.resolved_database_url)))
+    for child in sup.children:
+        table.add_row(child.name, str(child.pid), " ".join(child.argv[3:]))
+    console.print(table)
+    console.print("Ctrl-C stops everything. `hermes status` shows the queues.")
+
+
+def _redact(url: str) -> str:
+    """user:password@host → user:***@host, so credentials never reach the terminal or logs."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"

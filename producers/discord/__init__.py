@@ -1,0 +1,1 @@
+"""Discord: the gateway client, and the translation of MESSAGE_CREATE to turns."""

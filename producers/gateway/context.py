@@ -1,0 +1,98 @@
+"""What every receiver shares: recording a turn off the event loop, and who may talk to the bot.
+
+`Gateway.record` runs producers.intake.accept in a worker thread (SQLite must never block the
+event loop) and returns once the turn is committed: only then does a receiver ack.
+
+Access: a platform with `allowed_users` set answers anyone else with one short refusal and
+stores nothing. Refusals are rate-limited per (platform, user) by an in-process TTL cache
+(one per hour per receiver process): a receiver is one process per platform, and a second
+refusal from a second replica is harmless, so this needs no shared state.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from anyio import CapacityLimiter, to_thread
+
+from producers.intake import Accepted, accept
+from shared.ports import Clock, Waker
+from shared.settings import PlatformSettings, Settings
+from shared.store import Store
+from shared.turns import InboundTurn
+
+log = logging.getLogger(__name__)
+
+REFUSAL = "Sorry, this assistant is private."
+# Turns recorded at once per process. SQLite has one writer, and a writer waiting on its lock
+# sleeps in growing steps: measured (bench/webhooks.py), one recording thread sustains the
+# most requests/s with the lowest p99; the rest wait in the event loop, in order.
+RECORD_THREADS = 1
+REFUSAL_EVERY_SECONDS = 3600.0
+REFUSAL_MEMORY = 10_000
+
+
+class RefusalGate:
+    """Says yes to the first refusal per key within `every` seconds (bounded memory)."""
+
+    def __init__(self, every: float = REFUSAL_EVERY_SECONDS, clock: Clock = time.monotonic) -> None:
+        self._every = every
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: OrderedDict[str, float] = OrderedDict()
+
+    def should_refuse(self, key: str) -> bool:
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self._every:
+                return False
+            self._last[key] = now
+            self._last.move_to_end(key)
+            while len(self._last) > REFUSAL_MEMORY:
+                self._last.popitem(last=False)
+            return True
+
+
+def platform_settings(settings: Settings, platform: str) -> PlatformSettings:
+    found: PlatformSettings = getattr(settings.platforms, platform)
+    return found
+
+
+def is_allowed(settings: Settings, turn: InboundTurn) -> bool:
+    allowed = platform_settings(settings, turn.platform).allowed_users
+    return not allowed or (turn.user_id is not None and turn.user_id in allowed)
+
+
+@dataclass
+class Gateway:
+    """One receiver process's dependencies, built once in main and passed to every route."""
+
+    settings: Settings
+    store: Store
+    waker: Waker
+    clock: Clock = time.time
+    refusals: RefusalGate = field(default_factory=RefusalGate)
+    _limiter: CapacityLimiter | None = field(default=None, repr=False)
+
+    def record_now(self, turn: InboundTurn) -> Accepted:
+        """Record synchronously (polling loops and tests); raises TurnRejected."""
+        return accept(self.store, self.waker, turn, settings=self.settings, clock=self.clock)
+
+    async def record(self, turn: InboundTurn) -> Accepted:
+        """Record in a worker thread; returns once committed. Raises TurnRejected."""
+        if self._limiter is None:  # made here: it belongs to the running event loop
+            self._limiter = CapacityLimiter(RECORD_THREADS)
+        return await to_thread.run_sync(self.record_now, turn, limiter=self._limiter)
+
+    def refusal_for(self, turn: InboundTurn) -> str | None:
+        """None when `turn` may be recorded; else the refusal to send, or "" to stay silent."""
+        if is_allowed(self.settings, turn):
+            return None
+        who = turn.user_id or f"chat:{turn.chat_id}"
+        log.info("refused %s user %s (not in allowed_users)", turn.platform, who)
+        return REFUSAL if self.refusals.should_refuse(f"{turn.platform}:{who}") else ""

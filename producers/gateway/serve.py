@@ -1,0 +1,209 @@
+"""Running one receiver process: the gateway app on `gateway.host:gateway.port`, plus its platform's
+long-lived connection (Telegram long polling, Slack Socket Mode, the Discord gateway).
+
+The listening socket is bound with SO_REUSEPORT, so the one receiver process per platform that
+`hermes up` starts can all serve the same app on the same port. Everything runs on one event
+loop; when any part stops (Ctrl-C, SIGTERM, a failed login) the rest is stopped too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from producers.gateway.app import create_app, slack_receiver, telegram_receiver
+from producers.gateway.context import Gateway
+from producers.gateway.redact import install_redaction
+from producers.gateway.wakeups import PausingWaker
+from producers.wake import BrokerWaker, broker_client
+from shared.settings import Settings
+from shared.store import open_store
+
+log = logging.getLogger(__name__)
+
+
+class GatewayError(RuntimeError):
+    """A receiver cannot start (missing credentials, port taken); the message says which."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    platform: str
+    polling: bool = False
+    socket_mode: bool = False
+    webhook_url: str | None = None
+
+
+def secrets_of(settings: Settings) -> list[str]:
+    found = []
+    for name in ("telegram", "slack", "discord"):
+        conf = getattr(settings.platforms, name)
+        for attr in ("token", "webhook_secret", "signing_secret", "app_token"):
+            value = getattr(conf, attr, None)
+            if value is not None:
+                found.append(value.get_secret_value())
+    return found
+
+
+def check(settings: Settings, mode: Mode) -> None:
+    conf = getattr(settings.platforms, mode.platform)
+    if not conf.enabled:
+        raise GatewayError(f"platforms.{mode.platform}.enabled is false")
+    if conf.token is None:
+        raise GatewayError(f"platforms.{mode.platform}.token is not set")
+    if mode.platform == "telegram" and not mode.polling and conf.webhook_secret is None:
+        raise GatewayError(
+            "the Telegram webhook needs platforms.telegram.webhook_secret (or use --polling)"
+        )
+    if mode.platform == "slack":
+        if mode.socket_mode and conf.app_token is None:
+            raise GatewayError("Slack Socket Mode needs platforms.slack.app_token")
+        if not mode.socket_mode and conf.signing_secret is None:
+            raise GatewayError("the Slack Events API needs platforms.slack.signing_secret")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket several receiver processes can share (SO_REUSEPORT)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "SO_REUSEPORT"):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        # Accepted connections inherit it: an answer's headers and body go out as two writes,
+        # and with Nagle on, the second waits for the peer's delayed ACK (~40 ms per ack).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise GatewayError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.setblocking(False)
+    return sock
+
+
+def _platform_task(gateway: Gateway, mode: Mode) -> Coroutine[Any, Any, None] | None:
+    settings = gateway.settings
+    if mode.platform == "telegram" and mode.polling:
+        from producers.telegram.receiver import TelegramPoller
+
+        conf = settings.platforms.telegram
+        receiver = telegram_receiver(gateway)
+        assert receiver is not None and conf.token is not None
+        return TelegramPoller(
+            receiver, token=conf.token.get_secret_value(), api_base=conf.api_base or ""
+        ).run()
+    if mode.platform == "slack" and mode.socket_mode:
+        from producers.slack.receiver import run_socket_mode
+
+        sconf = settings.platforms.slack
+        sreceiver = slack_receiver(gateway)
+        assert sreceiver is not None and sconf.app_token is not None and sconf.token is not None
+        return run_socket_mode(
+            sreceiver,
+            app_token=sconf.app_token.get_secret_value(),
+            token=sconf.token.get_secret_value(),
+            api_base=sconf.api_base or "",
+        )
+    if mode.platform == "discord":
+        from producers.discord.receiver import DiscordReceiver
+
+        dconf = settings.platforms.discord
+        assert dconf.token is not None
+        return DiscordReceiver(
+            gateway, token=dconf.token.get_secret_value(), api_base=dconf.api_base or ""
+        ).run()
+    return None
+
+
+async def _register_webhook(settings: Settings, url: str) -> None:
+    from producers.telegram.receiver import register_webhook
+
+    conf = settings.platforms.telegram
+    assert conf.token is not None and conf.webhook_secret is not None
+    await register_webhook(
+        token=conf.token.get_secret_value(),
+        api_base=conf.api_base or "",
+        url=url,
+        secret=conf.webhook_secret.get_secret_value(),
+    )
+
+
+def _server(app: Any) -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn without its own signal handling: `serve` stops every part on a signal."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5
+    )
+    return Server(config)
+
+
+def _on_signals(stop: Callable[[], None]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop)
+        except (RuntimeError, ValueError):  # not the main thread (tests): the caller stops us
+            return
+
+
+async def serve(gateway: Gateway, mode: Mode, sock: socket.socket) -> None:
+    """Serve the app on `sock` plus the platform's connection until a signal or a failure."""
+    server = _server(create_app(gateway))
+    if mode.platform == "telegram" and mode.webhook_url and not mode.polling:
+        try:
+            await _register_webhook(gateway.settings, mode.webhook_url)
+        except Exception as exc:
+            raise GatewayError(f"cannot register the Telegram webhook: {exc}") from None
+    http = asyncio.create_task(server.serve(sockets=[sock]), name="http")
+    tasks = [http]
+    extra = _platform_task(gateway, mode)
+    if extra is not None:
+        tasks.append(asyncio.create_task(extra, name=mode.platform))
+
+    def stop() -> None:
+        server.should_exit = True
+        for task in tasks:
+            if task is not http:
+                task.cancel()
+
+    _on_signals(stop)
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    for task, result in zip(tasks, results, strict=True):
+        if isinstance(result, Exception):
+            what = "the HTTP server" if task is http else f"the {mode.platform} connection"
+            raise GatewayError(f"{what} stopped: {type(result).__name__}: {result}")
+
+
+def run(settings: Settings, mode: Mode) -> None:
+    """`hermes gateway <platform>`: serve until SIGINT/SIGTERM."""
+    check(settings, mode)
+    install_redaction(secrets_of(settings))
+    sock = listen(settings.gateway.host, settings.gateway.port)
+    store = open_store(settings.resolved_database_url)
+    try:
+        waker = PausingWaker(BrokerWaker(broker_client(settings)))
+        gateway = Gateway(settings, store, waker, time.time)
+        log.warning("hermes gateway %s on http://%s:%d", mode.platform, *sock.getsockname()[:2])
+        asyncio.run(serve(gateway, mode, sock))
+    finally:
+        sock.close()
+        store.close()

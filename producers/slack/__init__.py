@@ -1,0 +1,1 @@
+"""Slack: the Events API (and Socket Mode), signatures, and the translation of events to turns."""

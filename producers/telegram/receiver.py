@@ -1,0 +1,229 @@
+"""Telegram receivers: the webhook route (`POST /telegram/webhook`) and long polling.
+
+Webhook: the `X-Telegram-Bot-Api-Secret-Token` header is compared in constant time (401
+without it), the body must be JSON (415) under the size cap (413), and 200 is sent only after
+the turn is committed. An update that is not a turn (edits, reactions, kinds we do not know)
+is answered 200 and ignored, or Telegram would redeliver it for a day. A refused user gets
+one short refusal, sent inline as the webhook's answer (a `sendMessage` method payload).
+
+Polling, for machines without inbound access: the webhook is removed without dropping what is
+pending, then getUpdates from the first unconfirmed update; the offset moves past an update
+only once it is recorded (or proved unrecordable), so a crash or a database error means the
+same updates come again, and the inbox's unique event id makes that a no-op.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import warnings
+from typing import Any
+
+from anyio import to_thread
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from producers.gateway.body import BadRequest, media_type, parse_json, read_body
+from producers.gateway.context import Gateway
+from producers.telegram.translate import (
+    BadUpdate,
+    Ignored,
+    Migration,
+    bot_id_of,
+    migration,
+    translate,
+)
+from shared.store import chats
+from shared.turns import InboundTurn, TurnRejected
+
+log = logging.getLogger(__name__)
+
+SECRET_HEADER = "x-telegram-bot-api-secret-token"
+ALLOWED_UPDATES = ["message"]
+POLL_TIMEOUT = 25
+BACKOFF_MAX = 30.0
+
+
+class TelegramReceiver:
+    def __init__(self, gateway: Gateway, *, token: str, secret: str | None) -> None:
+        self.gateway = gateway
+        self.bot_id = bot_id_of(token)
+        self._secret = secret.encode() if secret else None
+
+    # --- the webhook ---
+
+    def _check_secret(self, request: Request) -> None:
+        if self._secret is None:
+            raise BadRequest(404, "the webhook is off: set platforms.telegram.webhook_secret")
+        given = request.headers.get(SECRET_HEADER)
+        if given is None or not hmac.compare_digest(given.encode(), self._secret):
+            raise BadRequest(401, "missing or wrong secret token")
+
+    async def webhook(self, request: Request) -> Response:
+        try:
+            self._check_secret(request)
+            if media_type(request) != "application/json":
+                raise BadRequest(415, "the body must be application/json")
+            update = parse_json(await read_body(request))
+            reply = await self.handle_update(update)
+        except BadRequest as exc:
+            return exc.response()
+        return JSONResponse(reply or {})
+
+    # --- both modes ---
+
+    async def handle_update(self, update: dict[str, Any]) -> dict[str, Any] | None:
+        """Record (or ignore) one update; returns a method payload to answer with, if any.
+
+        Raises BadRequest(400) for something that is not an update; store errors propagate
+        (the app answers 503 and Telegram redelivers).
+        """
+        moved = migration(update)
+        if moved is not None:
+            await to_thread.run_sync(self._migrate, moved)
+        try:
+            result = translate(update, bot_id=self.bot_id)
+        except BadUpdate as exc:
+            raise BadRequest(400, str(exc)) from None
+        if isinstance(result, Ignored):
+            log.debug("telegram update ignored: %s", result.reason)
+            return None
+        refusal = self.gateway.refusal_for(result)
+        if refusal is not None:
+            return send_message_payload(result, refusal) if refusal else None
+        try:
+            await self.gateway.record(result)
+        except TurnRejected as exc:
+            log.warning("telegram update %s not recorded: %s", result.event_id, exc)
+        return None
+
+    def _migrate(self, moved: Migration) -> None:
+        with self.gateway.store.write() as conn:
+            done = chats.migrate_chat(conn, "telegram", moved.old, moved.new, self.gateway.clock())
+        log.info("telegram chat %s migrated to %s: %s", moved.old, moved.new, done)
+
+
+def send_message_payload(turn: InboundTurn, text: str) -> dict[str, Any]:
+    payload: dict[str, Any] = {"method": "sendMessage", "chat_id": turn.chat_id, "text": text}
+    if turn.thread_id:
+        payload["message_thread_id"] = int(turn.thread_id)
+    return payload
+
+
+class TelegramPoller:
+    """getUpdates long polling through python-telegram-bot's Bot, until cancelled."""
+
+    def __init__(
+        self, receiver: TelegramReceiver, *, token: str, api_base: str, timeout: int = POLL_TIMEOUT
+    ) -> None:
+        self.receiver = receiver
+        self._token = token
+        self._api_base = api_base
+        self._timeout = timeout
+        self.offset: int | None = None
+
+    async def run(self) -> None:
+        """Poll until cancelled. (Bot.initialize is not used: its error text holds the token.)"""
+        from telegram import Bot
+        from telegram.request import HTTPXRequest
+        from telegram.warnings import PTBDeprecationWarning
+
+        warnings.filterwarnings(  # PTB warns on every RetryAfter it builds; we read the timedelta
+            "ignore", message=r".*`retry_after` will be of type", category=PTBDeprecationWarning
+        )
+        requests = [
+            HTTPXRequest(connection_pool_size=4),
+            HTTPXRequest(connection_pool_size=1, read_timeout=self._timeout + 10),
+        ]
+        bot = Bot(
+            self._token,
+            base_url=self._api_base,
+            request=requests[0],
+            get_updates_request=requests[1],
+        )
+        try:
+            await self._poll(bot)
+        finally:
+            for request in requests:
+                await request.shutdown()
+
+    async def _poll(self, bot: Any) -> None:
+        from telegram.error import RetryAfter, TelegramError
+
+        backoff = 1.0
+        await bot.delete_webhook(drop_pending_updates=False)
+        log.info("telegram long polling started (pending updates kept)")
+        while True:
+            try:
+                updates = await bot.get_updates(
+                    offset=self.offset, timeout=self._timeout, allowed_updates=ALLOWED_UPDATES
+                )
+            except RetryAfter as exc:
+                await asyncio.sleep(_retry_after(exc))
+                continue
+            except TelegramError as exc:
+                log.warning("getUpdates failed (%s); retrying in %.0f s", _clean(exc), backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(BACKOFF_MAX, backoff * 2)
+                continue
+            if await self._take(bot, [u.to_dict() for u in updates]):
+                backoff = 1.0
+            else:
+                await asyncio.sleep(backoff)
+                backoff = min(BACKOFF_MAX, backoff * 2)
+
+    async def _take(self, bot: Any, updates: list[dict[str, Any]]) -> bool:
+        """Record `updates` in order, moving the offset past each; False on a store error."""
+        for update in updates:
+            try:
+                reply = await self.receiver.handle_update(update)
+            except BadRequest as exc:
+                log.warning("skipping a malformed update: %s", exc.reason)
+                reply = None
+            except Exception as exc:
+                log.warning(
+                    "could not record update %s (%s); will fetch it again",
+                    update.get("update_id"),
+                    exc,
+                )
+                return False
+            if reply is not None:
+                try:
+                    await bot.send_message(
+                        chat_id=reply["chat_id"],
+                        text=reply["text"],
+                        message_thread_id=reply.get("message_thread_id"),
+                    )
+                except Exception as exc:  # a refusal is best-effort
+                    log.info("refusal not sent: %s", _clean(exc))
+            self.offset = int(update["update_id"]) + 1
+        return True
+
+
+def _clean(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _retry_after(exc: Any) -> float:
+    value = getattr(exc, "_retry_after", None)
+    return float(value.total_seconds()) if value is not None else 5.0
+
+
+async def register_webhook(*, token: str, api_base: str, url: str, secret: str) -> None:
+    """setWebhook with our secret token; pending updates are kept (never dropped)."""
+    from telegram import Bot
+    from telegram.request import HTTPXRequest
+
+    request = HTTPXRequest(connection_pool_size=1)
+    bot = Bot(token, base_url=api_base, request=request, get_updates_request=request)
+    try:
+        await bot.set_webhook(
+            url=url,
+            secret_token=secret,
+            allowed_updates=ALLOWED_UPDATES,
+            drop_pending_updates=False,
+        )
+    finally:
+        await request.shutdown()
+    log.info("telegram webhook registered")

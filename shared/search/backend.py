@@ -1,0 +1,79 @@
+"""The seam between the search engine and a dialect: filters, hits, orders, the backend port."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy import Connection
+
+from shared.model import MessageRecord, SessionRecord
+from shared.search.query import Query
+
+
+class Order(enum.Enum):
+    RELEVANCE = "relevance"
+    NEWEST = "newest"
+    OLDEST = "oldest"
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Which messages may match: their roles, their session's source, one session left out."""
+
+    roles: tuple[str, ...]
+    source: str | None = None
+    exclude_session_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One matching message; `score` orders relevance (lower is better); `index` is "words"
+    (matched as words) or "substrings" (matched as substrings, e.g. Chinese)."""
+
+    message_id: int
+    session_id: str
+    score: float
+    index: str
+
+
+class SearchBackend(Protocol):
+    """What a dialect provides. SQLite: `shared.store.sqlite_search`; PostgreSQL (tsvector for
+    words, pg_trgm for substrings) would be a module with the same functions. Everything else in
+    `shared.search` (parsing, lineage, shapes, limits) is dialect-neutral."""
+
+    def hits(self, conn: Connection, query: Query, filters: Filters, order: Order) -> Iterator[Hit]:
+        """Matching messages best first for `order`, each once, lazily (callers stop early)."""
+        ...
+
+    def snippets(self, conn: Connection, query: Query, found: Sequence[Hit]) -> dict[int, str]:
+        """Matched text with the terms marked, by message id; the engine marks the rest."""
+        ...
+
+    def message(self, conn: Connection, message_id: int) -> MessageRecord | None: ...
+
+    def around(
+        self, conn: Connection, anchor: MessageRecord, size: int, roles: Sequence[str]
+    ) -> tuple[list[MessageRecord], int, int]:
+        """Up to `size` messages of `roles` each side of `anchor`, and how many lie beyond."""
+        ...
+
+    def ends(
+        self, conn: Connection, session_id: str, roles: Sequence[str], count: int
+    ) -> tuple[list[MessageRecord], list[MessageRecord]]: ...
+
+    def sessions_by_id(self, conn: Connection, ids: Iterable[str]) -> dict[str, SessionRecord]: ...
+
+    def parents(self, conn: Connection, ids: Iterable[str]) -> dict[str, str | None]: ...
+
+    def recent_sessions(
+        self, conn: Connection, *, source: str | None, exclude: str | None, limit: int, offset: int
+    ) -> list[SessionRecord]: ...
+
+    def first_text(self, conn: Connection, session_id: str, role: str, chars: int) -> str: ...
+
+    def count_between(
+        self, conn: Connection, session_id: str, roles: Sequence[str], low: int, high: int
+    ) -> int: ...

@@ -1,0 +1,281 @@
+"""Session search: one engine, four call shapes (discover, scroll, read, browse), JSON-ready.
+
+`search(store, request)` never raises for bad input: a request or query that cannot mean
+anything comes back as `{"error": ..., "mode": ...}`.
+
+Decisions:
+- A lineage (sessions linked by parent_session_id, e.g. a compression chain) counts once in
+  discover and browse: the best hit of the whole lineage stands for it, shown in the session
+  that holds it.
+- `current_session_id` leaves out that session's own messages (they are in the live context).
+  Its ancestors stay searchable: what was compressed away is exactly what one wants back.
+- `role_filter` picks the roles that are searched and shown in windows; bookends are always
+  the first and last user/assistant messages (less those already in the window). The anchor
+  is shown even when its role is not in the filter (a scroll may start anywhere).
+- `messages_before`/`messages_after` count the session's messages of those roles outside the
+  window: 0 means the window reaches the start/end.
+- Relevance is bm25 within the newest matches (see `shared.store.sqlite_search`); `newest` and
+  `oldest` follow message order.
+- Matched terms are marked ⟦like this⟧ in snippets. Contents are clipped (anchor 2000, window
+  600, bookends 300, read 1200 characters) with the number of characters left out; `read`
+  shows the first and last 30 messages of a longer session and says how many lie between.
+- `browse` lists the most recent session of each lineage, never the current session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from itertools import islice
+from typing import Any
+
+from sqlalchemy import Connection
+
+from shared.model import MessageRecord, SessionRecord
+from shared.search import views
+from shared.search.backend import Filters, Hit, SearchBackend
+from shared.search.query import Query, QueryError, parse
+from shared.search.request import RequestError, SearchRequest
+from shared.store.engine import Store
+from shared.store.errors import AmbiguousSession, SessionNotFound
+from shared.store.sessions import resolve_session
+
+CONVERSATION_ROLES = ("user", "assistant")
+BOOKEND = 3
+MAX_HITS = 4000  # matching messages looked at before discover stops filling `limit`
+HIT_GROUP = 32
+READ_HEAD = 30
+READ_TAIL = 30
+READ_CHARS = 1200
+BROWSE_ROUNDS = 5
+
+
+def backend_for(dialect: str) -> SearchBackend | None:
+    if dialect == "sqlite":
+        from shared.store import sqlite_search
+
+        return sqlite_search
+    return None  # PostgreSQL (tsvector + pg_trgm) plugs in here
+
+
+def error(mode: str, message: str) -> dict[str, Any]:
+    return {"mode": mode, "error": message}
+
+
+def search(store: Store, request: SearchRequest) -> dict[str, Any]:
+    """Run one session_search call; the result (or error object) is plain JSON data."""
+    try:
+        request = request.checked()
+    except RequestError as exc:
+        return error(request.mode, str(exc))
+    backend = backend_for(store.dialect)
+    if backend is None:
+        return error(request.mode, f"session search is not available on {store.dialect} yet")
+    with store.read() as conn:
+        if not conn.in_transaction():
+            conn.begin()  # one snapshot for every query of this call, raw ones included
+        if request.mode == "discover":
+            return discover(conn, backend, request)
+        if request.mode == "scroll":
+            return scroll(conn, backend, request)
+        if request.mode == "read":
+            return read(conn, backend, request)
+        return browse(conn, backend, request)
+
+
+@dataclass
+class _Picked:
+    hit: Hit
+    root: str
+
+
+def _pick(
+    conn: Connection, backend: SearchBackend, found: Iterator[Hit], limit: int
+) -> tuple[list[_Picked], bool]:
+    """The best hit of each of the first `limit` lineages; (picks, stopped at MAX_HITS)."""
+    roots: dict[str, str] = {}
+    picked: dict[str, _Picked] = {}
+    looked = 0
+    while len(picked) < limit:
+        if looked >= MAX_HITS:
+            return list(picked.values()), True
+        group = list(islice(found, HIT_GROUP))
+        if not group:
+            break
+        looked += len(group)
+        views.lineage_roots(partial(backend.parents, conn), {h.session_id for h in group}, roots)
+        for hit in group:
+            root = roots[hit.session_id]
+            if root not in picked:
+                picked[root] = _Picked(hit, root)
+                if len(picked) == limit:
+                    break
+    return list(picked.values()), False
+
+
+def discover(conn: Connection, backend: SearchBackend, request: SearchRequest) -> dict[str, Any]:
+    assert request.query is not None
+    try:
+        query = parse(request.query)
+    except QueryError as exc:
+        return error("discover", f"cannot search for {request.query!r}: {exc}")
+    order = request.order
+    filters = Filters(request.roles, request.source, request.current_session_id)
+    found = backend.hits(conn, query, filters, order)
+    try:
+        picks, gave_up = _pick(conn, backend, found, request.discover_limit)
+    except QueryError as exc:  # the index itself refused it: still an answer, not a crash
+        return error("discover", f"cannot search for {request.query!r}: {exc}")
+    records = backend.sessions_by_id(conn, (p.hit.session_id for p in picks))
+    snippets = backend.snippets(conn, query, [p.hit for p in picks])
+    results = [
+        _result(conn, backend, query, pick, records[pick.hit.session_id], request, snippets)
+        for pick in picks
+        if pick.hit.session_id in records
+    ]
+    out: dict[str, Any] = {
+        "mode": "discover",
+        "query": str(query),
+        "sort": order.value,
+        "count": len(results),
+        "results": results,
+    }
+    notes = []
+    if query.dropped:
+        notes.append(f"ignored {' '.join(query.dropped)} (nothing searchable in it)")
+    if not results:
+        notes.append(
+            "no earlier conversation matches; try fewer or other words, a prefix (deploy*), "
+            "another role_filter, or call without a query to browse recent sessions"
+        )
+    if gave_up:
+        notes.append(f"stopped after {MAX_HITS} matching messages; narrow the query for more")
+    if notes:
+        out["note"] = "; ".join(notes)
+    return out
+
+
+def _result(
+    conn: Connection,
+    backend: SearchBackend,
+    query: Query,
+    pick: _Picked,
+    session: SessionRecord,
+    request: SearchRequest,
+    snippets: dict[int, str],
+) -> dict[str, Any]:
+    anchor = backend.message(conn, pick.hit.message_id)
+    assert anchor is not None
+    shown, before, after = backend.around(conn, anchor, request.window, request.roles)
+    in_window = {m.id for m in shown}
+    first, last = backend.ends(conn, session.id, CONVERSATION_ROLES, BOOKEND)
+    start = [m for m in first if m.id not in in_window]
+    end = [m for m in last if m.id not in in_window and m.id not in {f.id for f in first}]
+    snippet = snippets.get(anchor.id) or views.highlight(
+        anchor.content or "", query.terms(), words=pick.hit.index == "words"
+    )
+    result: dict[str, Any] = {
+        "session_id": session.id,
+        "title": session.title,
+        "when": views.when(anchor.timestamp),
+        "source": session.source,
+        "snippet": snippet,
+        "bookend_start": [views.message_dict(m, views.BOOKEND_CHARS) for m in start],
+        "messages": [_window_message(m, anchor.id) for m in shown],
+        "bookend_end": [views.message_dict(m, views.BOOKEND_CHARS) for m in end],
+        "match_message_id": anchor.id,
+        "messages_before": before,
+        "messages_after": after,
+    }
+    if pick.root != session.id:
+        result["lineage_root_id"] = pick.root
+    return result
+
+
+def _window_message(message: MessageRecord, anchor_id: int) -> dict[str, Any]:
+    if message.id == anchor_id:
+        return views.message_dict(message, views.ANCHOR_CHARS, anchor=True)
+    return views.message_dict(message, views.WINDOW_CHARS)
+
+
+def scroll(conn: Connection, backend: SearchBackend, request: SearchRequest) -> dict[str, Any]:
+    assert request.session_id is not None and request.around_message_id is not None
+    anchor = backend.message(conn, request.around_message_id)
+    if anchor is None or anchor.session_id != request.session_id:
+        return error(
+            "scroll",
+            f"message {request.around_message_id} is not in session {request.session_id}; "
+            "pass a session_id and a message id from the same result",
+        )
+    session = backend.sessions_by_id(conn, [anchor.session_id])[anchor.session_id]
+    shown, before, after = backend.around(conn, anchor, request.window, request.roles)
+    return {
+        "mode": "scroll",
+        "session_id": session.id,
+        "title": session.title,
+        "source": session.source,
+        "around_message_id": anchor.id,
+        "window": request.window,
+        "messages": [_window_message(m, anchor.id) for m in shown],
+        "messages_before": before,
+        "messages_after": after,
+    }
+
+
+def read(conn: Connection, backend: SearchBackend, request: SearchRequest) -> dict[str, Any]:
+    """The session (exact id, unique id prefix or title), its head and tail when very long."""
+    assert request.session_id is not None
+    try:
+        session = resolve_session(conn, request.session_id)
+    except (SessionNotFound, AmbiguousSession) as exc:
+        return error("read", str(exc))
+    first, last = backend.ends(conn, session.id, request.roles, READ_HEAD + READ_TAIL)
+    omitted = 0
+    shown = first
+    if len(first) == READ_HEAD + READ_TAIL:  # maybe longer: the head and the tail
+        head, tail = first[:READ_HEAD], last[-READ_TAIL:]
+        omitted = backend.count_between(conn, session.id, request.roles, head[-1].id, tail[0].id)
+        shown = [*head, *tail]
+    out: dict[str, Any] = {"mode": "read", **views.session_dict(session)}
+    out["messages"] = [views.message_dict(m, READ_CHARS) for m in shown]
+    if omitted:
+        out["omitted_messages"] = omitted
+        out["note"] = (
+            f"{omitted} messages after message {shown[READ_HEAD - 1].id} are left out; scroll with "
+            "session_id and around_message_id to read them"
+        )
+    return out
+
+
+def browse(conn: Connection, backend: SearchBackend, request: SearchRequest) -> dict[str, Any]:
+    """Recent sessions, newest activity first, one per lineage (its most recent session)."""
+    roots: dict[str, str] = {}
+    chosen: dict[str, SessionRecord] = {}
+    want = request.browse_limit
+    batch = want * 3
+    more = False
+    for round_no in range(BROWSE_ROUNDS):
+        rows = backend.recent_sessions(
+            conn,
+            source=request.source,
+            exclude=request.current_session_id,
+            limit=batch + 1,
+            offset=round_no * batch,
+        )
+        views.lineage_roots(partial(backend.parents, conn), (r.id for r in rows), roots)
+        for record in rows[:batch]:
+            if len(chosen) == want:
+                more = True
+                break
+            chosen.setdefault(roots[record.id], record)
+        if len(chosen) == want or len(rows) <= batch:
+            more = more or len(rows) > batch
+            break
+    listed = []
+    for record in chosen.values():
+        item = views.session_dict(record)
+        text = backend.first_text(conn, record.id, "user", views.PREVIEW_CHARS * 2)
+        item["preview"] = views.clip(" ".join(text.split()), views.PREVIEW_CHARS)
+        listed.append(item)
+    return {"mode": "browse", "count": len(listed), "sessions": listed, "more": more}

@@ -1,0 +1,197 @@
+"""Chats as places: home channels per platform, and a chat whose id changed (Telegram migration).
+
+Session keys embed the chat id (`agent:main:telegram:group:<chat_id>:<user>`), so a Telegram
+group that becomes a supergroup (new id) would otherwise start over. `migrate_chat` re-points
+the conversation instead of renaming keys in place (keys are primary keys that the inbox and
+leases refer to): for every route of the old chat it creates (or fills) the route the new
+chat's turns will derive, pointing at the same current session. Turns still waiting under an
+old key keep that key and its lease (they drain in order as before) but are answered in the
+new chat; pending replies move to the new chat's lane; the sessions, and the platform's home
+channel, take the new chat id. Running it twice is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, insert, select, update
+
+from shared.store.meta import get_meta, set_meta
+from shared.store.outbox import PENDING, lane_for
+from shared.store.schema import inbox, outbox, routes, sessions
+
+HOME_PREFIX = "home_channel."
+OPEN = ("waiting", "running")
+
+
+@dataclass(frozen=True, slots=True)
+class HomeChannel:
+    """Where a platform's notices and hand-offs go.
+
+    `user_id` is whoever ran /sethome there and `session_key` the key of that conversation
+    (exact, scope included); a home channel from the settings knows neither.
+    """
+
+    platform: str
+    chat_id: str
+    chat_type: str
+    thread_id: str | None = None
+    user_id: str | None = None
+    session_key: str | None = None
+    source: str = "sethome"  # sethome | settings
+
+    def as_json(self) -> str:
+        return json.dumps(
+            {
+                "chat_id": self.chat_id,
+                "chat_type": self.chat_type,
+                "thread_id": self.thread_id,
+                "user_id": self.user_id,
+                "session_key": self.session_key,
+            },
+            sort_keys=True,
+        )
+
+
+def home_key(platform: str) -> str:
+    return HOME_PREFIX + platform
+
+
+def set_home_channel(conn: Connection, home: HomeChannel) -> None:
+    set_meta(conn, home_key(home.platform), home.as_json())
+
+
+def get_home_channel(
+    conn: Connection, platform: str, *, configured: str | None = None
+) -> HomeChannel | None:
+    """The chat /sethome stored for `platform`, else the configured `home_channel` id."""
+    raw = get_meta(conn, home_key(platform))
+    if raw:
+        try:
+            data = json.loads(raw)
+            return HomeChannel(
+                platform=platform,
+                chat_id=str(data["chat_id"]),
+                chat_type=str(data.get("chat_type") or "dm"),
+                thread_id=data.get("thread_id"),
+                user_id=data.get("user_id"),
+                session_key=data.get("session_key"),
+            )
+        except (ValueError, KeyError, TypeError):
+            pass  # a damaged value: fall back to the configured one
+    if configured:
+        return HomeChannel(
+            platform=platform,
+            chat_id=configured,
+            chat_type=guess_chat_type(platform, configured),
+            source="settings",
+        )
+    return None
+
+
+def guess_chat_type(platform: str, chat_id: str) -> str:
+    """The chat type an id alone suggests (a configured home channel has nothing more)."""
+    if platform == "telegram":
+        return "dm" if not chat_id.startswith("-") else "group"
+    if platform == "slack":
+        return "dm" if chat_id.startswith("D") else "channel"
+    return "channel"
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    routes: int
+    turns: int
+    replies: int
+    sessions: int
+    home_moved: bool
+
+
+def _swap_chat_segment(key: str, old_part: str, new_part: str) -> str:
+    """`agent:p:telegram:group:<old>:u` → `agent:p:telegram:group:<new>:u` (the first match)."""
+    parts = key.split(":")
+    for index in range(4, len(parts)):
+        if parts[index] == old_part:
+            parts[index] = new_part
+            return ":".join(parts)
+    return key
+
+
+def _key_part(value: str) -> str:
+    return value.replace("%", "%25").replace(":", "%3A")  # as shared.session_key escapes ids
+
+
+def migrate_chat(conn: Connection, platform: str, old: str, new: str, now: float) -> Migration:
+    """Move `platform` chat `old` to its new id `new` (inside one write transaction)."""
+    if old == new:
+        return Migration(0, 0, 0, 0, home_moved=False)
+    moved_routes = 0
+    old_routes = conn.execute(
+        select(routes).where(routes.c.platform == platform, routes.c.chat_id == old)
+    ).all()
+    for route in old_routes:
+        new_key = _swap_chat_segment(route.session_key, _key_part(old), _key_part(new))
+        if new_key == route.session_key:
+            continue
+        existing = conn.execute(
+            select(routes.c.session_id).where(routes.c.session_key == new_key)
+        ).first()
+        if existing is None:
+            conn.execute(
+                insert(routes).values(
+                    session_key=new_key,
+                    session_id=route.session_id,
+                    platform=platform,
+                    chat_id=new,
+                    chat_type=route.chat_type,
+                    thread_id=route.thread_id,
+                    user_id=route.user_id,
+                    next_seq=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+        elif existing.session_id is None and route.session_id is not None:
+            conn.execute(
+                update(routes)
+                .where(routes.c.session_key == new_key)
+                .values(session_id=route.session_id, updated_at=now)
+            )
+        if route.session_id is not None:
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == route.session_id)
+                .values(chat_id=new, session_key=new_key)
+            )
+        conn.execute(
+            update(routes)
+            .where(routes.c.session_key == route.session_key)
+            .values(chat_id=new, updated_at=now)
+        )
+        moved_routes += 1
+    turns = conn.execute(
+        update(inbox)
+        .where(inbox.c.platform == platform, inbox.c.chat_id == old, inbox.c.status.in_(OPEN))
+        .values(chat_id=new)
+    ).rowcount
+    replies = conn.execute(
+        update(outbox)
+        .where(outbox.c.platform == platform, outbox.c.chat_id == old, outbox.c.status == PENDING)
+        .values(chat_id=new, lane=lane_for(platform, new))
+    ).rowcount
+    other_sessions = conn.execute(
+        update(sessions)
+        .where(sessions.c.source == platform, sessions.c.chat_id == old)
+        .values(chat_id=new)
+    ).rowcount
+    home = get_home_channel(conn, platform)  # only a /sethome one: settings are not ours to edit
+    home_moved = home is not None and home.chat_id == old
+    if home is not None and home_moved:
+        key = home.session_key
+        if key is not None:
+            key = _swap_chat_segment(key, _key_part(old), _key_part(new))
+        set_home_channel(
+            conn, HomeChannel(platform, new, home.chat_type, home.thread_id, home.user_id, key)
+        )
+    return Migration(moved_routes, turns, replies, moved_routes + other_sessions, home_moved)

@@ -1,0 +1,274 @@
+"""The inbox: every turn recorded once (unique per platform event), in arrival order per key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, bindparam, func, insert, or_, select, update
+
+from shared.session_key import SessionKey
+from shared.store.schema import inbox, routes
+from shared.turns import InboundTurn
+
+WAITING = "waiting"
+RUNNING = "running"
+DONE = "done"
+FAILED = "failed"
+DEAD = "dead"
+CANCELLED = "cancelled"
+OPEN_STATUSES = (WAITING, RUNNING)
+
+# The open statuses are rendered into the SQL, not bound: SQLite uses the partial index
+# ix_inbox_open (WHERE status IN ('waiting', 'running')) only when it can see the values, and
+# otherwise walks every turn the key ever had.
+_IS_OPEN = inbox.c.status.in_(
+    bindparam("b_open", OPEN_STATUSES, expanding=True, literal_execute=True)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    turn_id: int
+    session_key: str
+    seq: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRow:
+    id: int
+    platform: str
+    event_id: str
+    session_key: str
+    seq: int
+    kind: str
+    chat_id: str
+    chat_type: str
+    text: str
+    status: str
+    attempts: int
+    received_at: float
+    thread_id: str | None = None
+    user_id: str | None = None
+    user_name: str | None = None
+    message_id: str | None = None
+    reply_to: str | None = None
+    attachments: str | None = None
+    not_before: float | None = None
+    session_id: str | None = None
+    error: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> TurnRow:
+        data = row._mapping
+        return cls(**{name: data[name] for name in _TURN_FIELDS if name in data})
+
+
+_TURN_FIELDS = tuple(f.name for f in fields(TurnRow))
+
+# Hot statements are built once and executed with bound values (see leases.py).
+_FIND_EVENT = select(inbox.c.id, inbox.c.session_key, inbox.c.seq).where(
+    inbox.c.platform == bindparam("b_platform"), inbox.c.event_id == bindparam("b_event")
+)
+_BUMP_SEQ = (
+    update(routes)
+    .where(routes.c.session_key == bindparam("b_key"))
+    .values(next_seq=routes.c.next_seq + 1, updated_at=bindparam("b_now"))
+    .returning(routes.c.next_seq)
+)
+_INSERT_ROUTE = insert(routes)
+_INSERT_TURN = insert(inbox)
+_NEXT_OPEN = (
+    select(inbox).where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN).order_by(inbox.c.seq)
+).limit(1)
+_HAS_OPEN = select(inbox.c.id).where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN).limit(1)
+_GET_TURN = select(inbox).where(inbox.c.id == bindparam("b_id"))
+_MARK_RUNNING = (
+    update(inbox)
+    .where(inbox.c.id == bindparam("b_id"))
+    .values(
+        status=RUNNING,
+        attempts=inbox.c.attempts + 1,
+        started_at=bindparam("b_now"),
+        session_id=bindparam("b_session"),
+        not_before=None,
+    )
+)
+_FINISH = (
+    update(inbox)
+    .where(inbox.c.id == bindparam("b_id"))
+    .values(
+        status=bindparam("b_status"), finished_at=bindparam("b_now"), error=bindparam("b_error")
+    )
+)
+_POSTPONE = (
+    update(inbox)
+    .where(inbox.c.id == bindparam("b_id"))
+    .values(status=WAITING, not_before=bindparam("b_not_before"), error=bindparam("b_error"))
+)
+
+
+def find_event(conn: Connection, platform: str, event_id: str) -> Recorded | None:
+    row = conn.execute(_FIND_EVENT, {"b_platform": platform, "b_event": event_id}).first()
+    if row is None:
+        return None
+    return Recorded(row.id, row.session_key, row.seq, duplicate=True)
+
+
+def _next_seq(conn: Connection, turn: InboundTurn, key: str, now: float) -> int:
+    """Bump the key's arrival counter (creating its route row); the row lock orders arrivals."""
+    seq = conn.execute(_BUMP_SEQ, {"b_key": key, "b_now": now}).scalar()
+    if seq is not None:
+        return int(seq)
+    conn.execute(
+        _INSERT_ROUTE,
+        {
+            "session_key": key,
+            "platform": turn.platform,
+            "chat_id": turn.chat_id,
+            "chat_type": turn.chat_type,
+            "thread_id": turn.thread_id,
+            "user_id": turn.user_id,
+            "next_seq": 1,
+            "created_at": now,
+            "updated_at": now,
+        },
+    )
+    return 1
+
+
+def record_turn(
+    conn: Connection, turn: InboundTurn, key: SessionKey, *, now: float, kind: str = "message"
+) -> Recorded:
+    """Record `turn` unless its event was seen before; call inside one write transaction."""
+    seen = find_event(conn, turn.platform, turn.event_id)
+    if seen is not None:
+        return seen
+    seq = _next_seq(conn, turn, key.key, now)
+    result = conn.execute(
+        _INSERT_TURN,
+        {
+            "platform": turn.platform,
+            "event_id": turn.event_id,
+            "session_key": key.key,
+            "seq": seq,
+            "kind": kind,
+            "chat_id": turn.chat_id,
+            "chat_type": turn.chat_type,
+            "thread_id": turn.thread_id,
+            "user_id": turn.user_id,
+            "user_name": turn.user_name if key.shared else None,
+            "message_id": turn.message_id,
+            "reply_to": turn.reply_to,
+            "text": turn.text,
+            "attachments": turn.attachments_json(),
+            "status": WAITING,
+            "received_at": now,
+        },
+    )
+    pk = result.inserted_primary_key
+    assert pk is not None
+    return Recorded(int(pk[0]), key.key, seq, duplicate=False)
+
+
+def request_stop(conn: Connection, key: str, now: float) -> bool:
+    """Ask the worker running `key`'s current turn to stop at its next model step."""
+    result = conn.execute(
+        update(routes).where(routes.c.session_key == key).values(stop_requested_at=now)
+    )
+    return result.rowcount > 0
+
+
+def next_open_turn(conn: Connection, key: str) -> TurnRow | None:
+    """The oldest turn of `key` not yet finished (a `running` one was left by a dead worker)."""
+    row = conn.execute(_NEXT_OPEN, {"b_key": key}).first()
+    return TurnRow.from_row(row) if row else None
+
+
+def get_turn(conn: Connection, turn_id: int) -> TurnRow | None:
+    row = conn.execute(_GET_TURN, {"b_id": turn_id}).first()
+    return TurnRow.from_row(row) if row else None
+
+
+def mark_running(conn: Connection, turn_id: int, session_id: str, now: float) -> None:
+    conn.execute(_MARK_RUNNING, {"b_id": turn_id, "b_now": now, "b_session": session_id})
+
+
+def finish_turn(
+    conn: Connection, turn_id: int, status: str, now: float, error: str | None = None
+) -> None:
+    conn.execute(_FINISH, {"b_id": turn_id, "b_status": status, "b_now": now, "b_error": error})
+
+
+def postpone_turn(conn: Connection, turn_id: int, not_before: float, error: str) -> None:
+    """Put a failed attempt back in line, not to be retried before `not_before`."""
+    conn.execute(_POSTPONE, {"b_id": turn_id, "b_not_before": not_before, "b_error": error})
+
+
+def keys_needing_wake(conn: Connection, now: float, limit: int = 1000) -> list[str]:
+    """Keys with open turns that are due and no live lease: their wake-up was lost."""
+    query = (
+        select(inbox.c.session_key)
+        .join(routes, routes.c.session_key == inbox.c.session_key)
+        .where(
+            inbox.c.status.in_(OPEN_STATUSES),
+            or_(inbox.c.not_before.is_(None), inbox.c.not_before <= now),
+            or_(routes.c.lease_expires_at.is_(None), routes.c.lease_expires_at <= now),
+        )
+        .group_by(inbox.c.session_key)
+        .order_by(func.min(inbox.c.received_at))
+        .limit(limit)
+    )
+    return [str(key) for key in conn.execute(query).scalars()]
+
+
+def has_open_turns(conn: Connection, key: str) -> bool:
+    return conn.execute(_HAS_OPEN, {"b_key": key}).first() is not None
+
+
+@dataclass(frozen=True, slots=True)
+class InboxSummary:
+    waiting: int
+    running: int
+    dead: int
+    failed: int
+    oldest_waiting_at: float | None
+    leases_held: int
+
+
+def summary(conn: Connection, now: float) -> InboxSummary:
+    rows = conn.execute(
+        select(inbox.c.status, func.count())
+        .where(inbox.c.status.in_((WAITING, RUNNING, DEAD, FAILED)))
+        .group_by(inbox.c.status)
+    ).all()
+    counts = {str(row[0]): int(row[1]) for row in rows}
+    oldest = conn.execute(
+        select(func.min(inbox.c.received_at)).where(inbox.c.status.in_(OPEN_STATUSES))
+    ).scalar()
+    held = conn.execute(
+        select(func.count()).where(
+            and_(routes.c.lease_holder.is_not(None), routes.c.lease_expires_at > now)
+        )
+    ).scalar_one()
+    return InboxSummary(
+        waiting=int(counts.get(WAITING, 0)),
+        running=int(counts.get(RUNNING, 0)),
+        dead=int(counts.get(DEAD, 0)),
+        failed=int(counts.get(FAILED, 0)),
+        oldest_waiting_at=float(oldest) if oldest is not None else None,
+        leases_held=int(held),
+    )
+
+
+def dead_turns_after(conn: Connection, after_id: int, limit: int = 100) -> list[TurnRow]:
+    rows = conn.execute(
+        select(inbox)
+        .where(inbox.c.status == DEAD, inbox.c.id > after_id)
+        .order_by(inbox.c.id)
+        .limit(limit)
+    ).all()
+    return [TurnRow.from_row(row) for row in rows]

@@ -1,0 +1,167 @@
+"""The outbox: replies written with the turn's outcome, sent in order per chat lane."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from sqlalchemy import Connection, Row, bindparam, func, insert, or_, select, update
+
+from shared.store.schema import outbox
+
+PENDING = "pending"
+SENT = "sent"
+FAILED = "failed"
+
+
+def lane_for(platform: str, chat_id: str) -> str:
+    """One lane per chat: replies to a chat (threads included) leave in the order written."""
+    return f"{platform}:{chat_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    id: int
+    lane: str
+    platform: str
+    chat_id: str
+    text: str
+    status: str
+    attempts: int
+    created_at: float
+    turn_id: int | None = None
+    session_id: str | None = None
+    thread_id: str | None = None
+    reply_to: str | None = None
+    not_before: float | None = None
+    platform_message_id: str | None = None
+    error: str | None = None
+    sent_at: float | None = None
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> OutboxRow:
+        data = row._mapping
+        return cls(**{name: data[name] for name in _ROW_FIELDS if name in data})
+
+
+_ROW_FIELDS = tuple(f.name for f in fields(OutboxRow))
+
+# Hot statements are built once and executed with bound values (see leases.py).
+_ADD = insert(outbox)
+_PENDING = (
+    select(outbox)
+    .where(outbox.c.lane == bindparam("b_lane"), outbox.c.status == PENDING)
+    .order_by(outbox.c.id)
+    .limit(bindparam("b_limit"))
+)
+_MARK_SENT = (
+    update(outbox)
+    .where(outbox.c.id == bindparam("b_id"))
+    .values(
+        status=SENT,
+        platform_message_id=bindparam("b_message_id"),
+        sent_at=bindparam("b_now"),
+        attempts=outbox.c.attempts + 1,
+    )
+)
+_MARK_RETRY = (
+    update(outbox)
+    .where(outbox.c.id == bindparam("b_id"))
+    .values(
+        not_before=bindparam("b_not_before"),
+        error=bindparam("b_error"),
+        attempts=outbox.c.attempts + bindparam("b_count"),
+    )
+)
+_ATTEMPTS = select(outbox.c.attempts).where(outbox.c.id == bindparam("b_id"))
+_MARK_FAILED = (
+    update(outbox)
+    .where(outbox.c.id == bindparam("b_id"))
+    .values(
+        status=FAILED,
+        error=bindparam("b_error"),
+        sent_at=bindparam("b_now"),
+        attempts=outbox.c.attempts + 1,
+    )
+)
+
+
+def add(
+    conn: Connection,
+    *,
+    platform: str,
+    chat_id: str,
+    text: str,
+    now: float,
+    turn_id: int | None = None,
+    session_id: str | None = None,
+    thread_id: str | None = None,
+    reply_to: str | None = None,
+) -> int:
+    result = conn.execute(
+        _ADD,
+        {
+            "lane": lane_for(platform, chat_id),
+            "turn_id": turn_id,
+            "session_id": session_id,
+            "platform": platform,
+            "chat_id": chat_id,
+            "thread_id": thread_id,
+            "reply_to": reply_to,
+            "text": text,
+            "status": PENDING,
+            "created_at": now,
+        },
+    )
+    pk = result.inserted_primary_key
+    assert pk is not None
+    return int(pk[0])
+
+
+def pending(conn: Connection, lane: str, limit: int = 20) -> list[OutboxRow]:
+    """The lane's unsent rows in write order (the first one blocks the rest: order per chat)."""
+    rows = conn.execute(_PENDING, {"b_lane": lane, "b_limit": limit}).all()
+    return [OutboxRow.from_row(row) for row in rows]
+
+
+def mark_sent(conn: Connection, row_id: int, platform_message_id: str | None, now: float) -> None:
+    conn.execute(_MARK_SENT, {"b_id": row_id, "b_message_id": platform_message_id, "b_now": now})
+
+
+def mark_retry(
+    conn: Connection, row_id: int, not_before: float, error: str, *, failed: bool = True
+) -> int:
+    """Put a row off until `not_before`; a failed attempt counts, a platform's "wait" does not.
+    Returns the attempts so far."""
+    conn.execute(
+        _MARK_RETRY,
+        {"b_id": row_id, "b_not_before": not_before, "b_error": error, "b_count": int(failed)},
+    )
+    return int(conn.execute(_ATTEMPTS, {"b_id": row_id}).scalar_one())
+
+
+def mark_failed(conn: Connection, row_id: int, error: str, now: float) -> None:
+    conn.execute(_MARK_FAILED, {"b_id": row_id, "b_error": error, "b_now": now})
+
+
+def lanes_with_pending(conn: Connection, now: float, limit: int = 1000) -> list[str]:
+    rows = conn.execute(
+        select(outbox.c.lane)
+        .where(
+            outbox.c.status == PENDING,
+            or_(outbox.c.not_before.is_(None), outbox.c.not_before <= now),
+        )
+        .group_by(outbox.c.lane)
+        .order_by(func.min(outbox.c.id))
+        .limit(limit)
+    ).scalars()
+    return [str(lane) for lane in rows]
+
+
+def for_turn(conn: Connection, turn_id: int) -> list[OutboxRow]:
+    rows = conn.execute(select(outbox).where(outbox.c.turn_id == turn_id).order_by(outbox.c.id))
+    return [OutboxRow.from_row(row) for row in rows]
+
+
+def pending_count(conn: Connection) -> int:
+    return int(conn.execute(select(func.count()).where(outbox.c.status == PENDING)).scalar_one())

@@ -1,0 +1,152 @@
+"""SQLite reads of the rows search results are made of: messages around an anchor, bookends,
+sessions, parents, recent sessions.
+
+They use the DB-API cursor under the SQLAlchemy connection (same transaction): SQLAlchemy's
+statement machinery costs ~60 µs a query against ~7 µs for these indexed queries themselves,
+and a scroll is a handful of them within a 2 ms budget. The before/after counts are read from
+`ix_messages_session_role` (session_id, id, role) alone, so a session of thousands of messages
+costs no more than a short one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import cast
+
+from sqlalchemy import Connection
+
+from shared.model import MessageRecord, SessionRecord
+
+MESSAGE_COLUMNS = (
+    "id, session_id, role, content, timestamp, tool_calls, tool_call_id, tool_name,"
+    " token_count, platform_message_id"
+)
+SESSION_COLUMNS = (
+    "id, source, started_at, last_active_at, user_id, session_key, chat_id, chat_type,"
+    " thread_id, title, title_source, model, model_config, system_prompt, parent_session_id,"
+    " ended_at, end_reason, message_count, input_tokens, output_tokens"
+)
+
+
+def db_of(conn: Connection) -> sqlite3.Connection:
+    """The driver connection under `conn` (same transaction, no statement compilation)."""
+    return cast(sqlite3.Connection, conn.connection.driver_connection)
+
+
+def marks(values: Sequence[object]) -> str:
+    return ", ".join("?" for _ in values)
+
+
+def _role_in(roles: Sequence[str]) -> str:
+    return f"role IN ({marks(roles)})"
+
+
+def _messages(rows: Iterable[Sequence[object]]) -> list[MessageRecord]:
+    return [MessageRecord(*row) for row in rows]  # type: ignore[arg-type]
+
+
+def message(conn: Connection, message_id: int) -> MessageRecord | None:
+    found = _messages(
+        db_of(conn).execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,))
+    )
+    return found[0] if found else None
+
+
+def around(
+    conn: Connection, anchor: MessageRecord, size: int, roles: Sequence[str]
+) -> tuple[list[MessageRecord], int, int]:
+    """(`size` messages of `roles` each side of the anchor, count before them, count after)."""
+    db = db_of(conn)
+    base = (
+        f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND role IN ({marks(roles)})"
+    )
+    params = (anchor.session_id, *roles, anchor.id, size)
+    earlier = _messages(db.execute(f"{base} AND id < ? ORDER BY id DESC LIMIT ?", params))
+    later = _messages(db.execute(f"{base} AND id > ? ORDER BY id LIMIT ?", params))
+    shown = [*reversed(earlier), anchor, *later]
+    counted = f"SELECT count(*) FROM messages WHERE session_id = ? AND role IN ({marks(roles)})"
+    before = db.execute(f"{counted} AND id < ?", (anchor.session_id, *roles, shown[0].id))
+    after = db.execute(f"{counted} AND id > ?", (anchor.session_id, *roles, shown[-1].id))
+    return shown, int(before.fetchone()[0]), int(after.fetchone()[0])
+
+
+def ends(
+    conn: Connection, session_id: str, roles: Sequence[str], count: int
+) -> tuple[list[MessageRecord], list[MessageRecord]]:
+    """The first and the last `count` messages of `roles` (oldest first in both)."""
+    db = db_of(conn)
+    base = (
+        f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND role IN ({marks(roles)})"
+    )
+    params = (session_id, *roles, count)
+    first = _messages(db.execute(f"{base} ORDER BY id LIMIT ?", params))
+    last = _messages(db.execute(f"{base} ORDER BY id DESC LIMIT ?", params))
+    return first, list(reversed(last))
+
+
+def sessions_by_id(conn: Connection, ids: Iterable[str]) -> dict[str, SessionRecord]:
+    wanted = list(set(ids))
+    if not wanted:
+        return {}
+    rows = db_of(conn).execute(
+        f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id IN ({marks(wanted)})", wanted
+    )
+    return {str(row[0]): SessionRecord(*row) for row in rows}
+
+
+def parents(conn: Connection, ids: Iterable[str]) -> dict[str, str | None]:
+    wanted = list(set(ids))
+    if not wanted:
+        return {}
+    rows = db_of(conn).execute(
+        f"SELECT id, parent_session_id FROM sessions WHERE id IN ({marks(wanted)})", wanted
+    )
+    return {str(row[0]): (None if row[1] is None else str(row[1])) for row in rows}
+
+
+def recent_sessions(
+    conn: Connection, *, source: str | None, exclude: str | None, limit: int, offset: int
+) -> list[SessionRecord]:
+    """Sessions by latest activity (ix_sessions_last_active / ix_sessions_source_last_active)."""
+    where, params = "WHERE 1", []
+    if source is not None:
+        where += " AND source = ?"
+        params.append(source)
+    if exclude is not None:
+        where += " AND id != ?"
+        params.append(exclude)
+    rows = db_of(conn).execute(
+        f"SELECT {SESSION_COLUMNS} FROM sessions {where}"
+        " ORDER BY last_active_at DESC, id DESC LIMIT ? OFFSET ?",
+        (*params, limit, offset),
+    )
+    return [SessionRecord(*row) for row in rows]
+
+
+def first_text(conn: Connection, session_id: str, role: str, chars: int) -> str:
+    row = (
+        db_of(conn)
+        .execute(
+            "SELECT substr(content, 1, ?) FROM messages WHERE session_id = ? AND role = ?"
+            " ORDER BY id LIMIT 1",
+            (chars, session_id, role),
+        )
+        .fetchone()
+    )
+    return "" if row is None or row[0] is None else str(row[0])
+
+
+def count_between(
+    conn: Connection, session_id: str, roles: Sequence[str], low: int, high: int
+) -> int:
+    row = (
+        db_of(conn)
+        .execute(
+            f"SELECT count(*) FROM messages WHERE session_id = ? AND role IN ({marks(roles)})"
+            " AND id > ? AND id < ?",
+            (session_id, *roles, low, high),
+        )
+        .fetchone()
+    )
+    return int(row[0])

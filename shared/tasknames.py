@@ -1,0 +1,19 @@
+"""Task and queue names: the only thing producers and beat know about workers."""
+
+from __future__ import annotations
+
+DRAIN = "hermes.turns.drain"
+DELIVER = "hermes.delivery.flush"
+REDRIVE = "hermes.maintenance.redrive"
+PING = "hermes.maintenance.ping"
+PROBE = "hermes.maintenance.probe"  # benchmarks: a no-op that reports its start time
+AUTOTITLE = "hermes.sessions.autotitle"  # after a session's first exchange (maintenance queue)
+RESET_SWEEP = "hermes.maintenance.reset_sweep"
+TITLE_SWEEP = "hermes.maintenance.title_sweep"
+PRUNE = "hermes.maintenance.prune"
+CRON_TICK = "hermes.maintenance.cron_tick"
+
+TURNS_QUEUE = "hermes.turns"
+DELIVERY_QUEUE = "hermes.delivery"
+MAINTENANCE_QUEUE = "hermes.maintenance"
+ALL_QUEUES = (TURNS_QUEUE, DELIVERY_QUEUE, MAINTENANCE_QUEUE)

@@ -1,0 +1,147 @@
+"""The auxiliary model: short jobs beside the conversation — titles, summaries, image descriptions.
+
+With no endpoint configured the offline twin answers with deterministic heuristics (it cannot
+describe images or audio: those say so).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+from shared.model import MessageRecord
+from workers.agent.client import ChatClient
+
+SUMMARY_CHARS = 60_000  # of transcript given to the summariser (the newest part)
+TITLE_INPUT_CHARS = 2_000
+OFFLINE_SUMMARY_LINES = 12
+
+TITLE_PROMPT = (
+    "Write a title for this conversation: 3 to 7 words, in the same language as the user's "
+    "message. Reply with the title only: no quotes, no trailing punctuation, no prefix."
+)
+SUMMARY_PROMPT = (
+    "Summarise this conversation so that it can continue without the original messages. "
+    "Keep every fact, decision, name, number, file path, open question and the user's "
+    "preferences; say what was being worked on last. Write in the conversation's language. "
+    "Reply with the summary only."
+)
+DESCRIBE_PROMPT = (
+    "Describe this image for someone who cannot see it: what it shows, any text in it "
+    "(verbatim), and details that matter. Be concise."
+)
+
+
+class AuxiliaryUnavailable(Exception):
+    """This job cannot be done here (offline, or the model failed)."""
+
+
+class Auxiliary(Protocol):
+    name: str
+
+    def title(self, first_user: str, first_reply: str) -> str: ...
+
+    def summarise(self, messages: Sequence[MessageRecord]) -> str: ...
+
+    def describe_image(self, data: bytes, mime_type: str) -> str: ...
+
+
+def transcript_for(messages: Sequence[MessageRecord], limit: int = SUMMARY_CHARS) -> str:
+    lines = []
+    for message in messages:
+        if message.role not in ("user", "assistant", "system") or not message.content:
+            continue
+        label = "Earlier summary" if message.role == "system" else message.role.capitalize()
+        lines.append(f"{label}: {message.content.strip()}")
+    text = "\n\n".join(lines)
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+class ModelAuxiliary:
+    """The auxiliary model behind an OpenAI-compatible endpoint."""
+
+    def __init__(self, client: ChatClient) -> None:
+        self.client = client
+        self.name = client.model
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _ask(self, system: str, content: str | list[dict[str, object]]) -> str:
+        try:
+            reply = self.client.complete(
+                [{"role": "system", "content": system}, {"role": "user", "content": content}],
+                stream=False,
+            )
+        except Exception as exc:
+            raise AuxiliaryUnavailable(f"{self.name}: {exc}") from exc
+        text = reply.content.strip()
+        if not text:
+            raise AuxiliaryUnavailable(f"{self.name} returned nothing")
+        return text
+
+    def title(self, first_user: str, first_reply: str) -> str:
+        limit = TITLE_INPUT_CHARS
+        content = f"User: {first_user[:limit]}\n\nAssistant: {first_reply[:limit]}"
+        return self._ask(TITLE_PROMPT, content)
+
+    def summarise(self, messages: Sequence[MessageRecord]) -> str:
+        return self._ask(SUMMARY_PROMPT, transcript_for(messages))
+
+    def describe_image(self, data: bytes, mime_type: str) -> str:
+        url = f"data:{mime_type};base64,{base64.b64encode(data).decode('ascii')}"
+        parts: list[dict[str, object]] = [
+            {"type": "text", "text": DESCRIBE_PROMPT},
+            {"type": "image_url", "image_url": {"url": url}},
+        ]
+        return self._ask(DESCRIBE_PROMPT, parts)
+
+
+_WORD_RE = re.compile(r"[^\W_][\w'’-]*", re.UNICODE)
+_URL_RE = re.compile(r"https?://\S+")
+
+
+def heuristic_title(first_user: str) -> str | None:
+    """Offline: the first words of the first message (up to 7; fewer when it is shorter)."""
+    text = _URL_RE.sub(" ", first_user)
+    text = re.sub(r"^/\w+\s*", "", text.strip())
+    words: list[str] = _WORD_RE.findall(text)
+    if not words:
+        return None
+    if len(words) == 1 and len(words[0]) > 24:  # unspaced scripts (CJK): a short prefix
+        return words[0][:16]
+    title = " ".join(words[:7])
+    return title[0].upper() + title[1:]
+
+
+class OfflineAuxiliary:
+    """No network: titles from the first message, summaries from the messages themselves."""
+
+    name = "offline"
+
+    def title(self, first_user: str, first_reply: str) -> str:
+        del first_reply
+        title = heuristic_title(first_user)
+        if title is None:
+            raise AuxiliaryUnavailable("nothing to make a title from")
+        return title
+
+    def summarise(self, messages: Sequence[MessageRecord]) -> str:
+        said = [
+            f"- {m.role}: {' '.join((m.content or '').split())[:160]}"
+            for m in messages
+            if m.role in ("user", "assistant", "system") and m.content
+        ]
+        if not said:
+            raise AuxiliaryUnavailable("nothing to summarise")
+        head = "[offline summary] The conversation so far, message by message (shortened):"
+        kept = said[-OFFLINE_SUMMARY_LINES:]
+        skipped = len(said) - len(kept)
+        if skipped:
+            kept.insert(0, f"- ({skipped} earlier messages)")
+        return "\n".join([head, *kept])
+
+    def describe_image(self, data: bytes, mime_type: str) -> str:
+        raise AuxiliaryUnavailable("no model is configured to describe images")

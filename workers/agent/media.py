@@ -1,0 +1,288 @@
+"""A turn's attachments: fetched by platform, turned into what this turn's model call needs.
+
+Attachments are turn-scoped. An image goes to the model itself when it has vision, else the
+auxiliary model describes it once; audio is transcribed; a text document's text is included;
+any other file is saved under `$HERMES_HOME/media/<session>/` and named by its path. What the
+transcript keeps (`Prepared.note`) is text only — descriptions, transcripts, document text,
+paths — so raw bytes never enter `messages` and are never sent again on later turns.
+
+Fetchers are keyed by platform: the terminal's attachments are local file paths; a gateway
+platform registers its own (Telegram file ids, Slack private URLs) in `build_fetchers`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import mimetypes
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from shared.platforms import CLI
+from shared.settings import Settings
+from shared.store.inbox import TurnRow
+from shared.turns import Attachment
+from workers.agent.auxiliary import Auxiliary, AuxiliaryUnavailable
+
+log = logging.getLogger(__name__)
+
+TEXT_TYPES = {
+    "application/json",
+    "application/xml",
+    "application/x-yaml",
+    "application/yaml",
+    "application/toml",
+    "application/javascript",
+    "application/x-sh",
+    "application/sql",
+}
+TEXT_SUFFIXES = {".md", ".txt", ".rst", ".csv", ".tsv", ".log", ".yaml", ".yml", ".toml", ".ini"}
+
+
+class FetchError(Exception):
+    pass
+
+
+class Fetcher(Protocol):
+    def fetch(self, attachment: Attachment, max_bytes: int) -> bytes: ...
+
+
+class Transcriber(Protocol):
+    def transcribe(self, name: str, data: bytes, mime_type: str) -> str: ...
+
+
+class LocalFileFetcher:
+    """The terminal's attachments: files on this machine, named by path."""
+
+    def fetch(self, attachment: Attachment, max_bytes: int) -> bytes:
+        if not attachment.path:
+            raise FetchError("no file path")
+        path = Path(attachment.path).expanduser()
+        try:
+            size = path.stat().st_size
+            if size > max_bytes:
+                raise FetchError(f"{size} bytes is over the {max_bytes}-byte limit")
+            return path.read_bytes()
+        except OSError as exc:
+            raise FetchError(exc.strerror or str(exc)) from exc
+
+
+class Fetchers:
+    """A tiny registry: platform → fetcher."""
+
+    def __init__(self) -> None:
+        self._by_platform: dict[str, Fetcher] = {}
+
+    def register(self, platform: str, fetcher: Fetcher) -> None:
+        self._by_platform[platform] = fetcher
+
+    def get(self, platform: str) -> Fetcher | None:
+        return self._by_platform.get(platform)
+
+
+def build_fetchers(settings: Settings) -> Fetchers:
+    """Every platform whose attachments this process can fetch: local files for the terminal,
+    each gateway platform with a token through its API."""
+    from workers.delivery.fetch import register_platform_fetchers
+
+    fetchers = Fetchers()
+    fetchers.register(CLI, LocalFileFetcher())
+    register_platform_fetchers(fetchers, settings)
+    return fetchers
+
+
+def attachments_of(turn: TurnRow) -> list[Attachment]:
+    if not turn.attachments:
+        return []
+    try:
+        raw = json.loads(turn.attachments)
+    except ValueError:
+        return []
+    fields = set(Attachment.__dataclass_fields__)
+    return [
+        Attachment(**{k: v for k, v in item.items() if k in fields})
+        for item in raw
+        if isinstance(item, dict) and "kind" in item
+    ]
+
+
+@dataclass
+class Item:
+    name: str
+    kind: str
+    mime_type: str
+    note: str
+    image: bytes | None = None  # sent natively this turn (vision), never stored
+
+
+@dataclass
+class Prepared:
+    items: list[Item] = field(default_factory=list)
+
+    @property
+    def note(self) -> str | None:
+        notes = [item.note for item in self.items]
+        return "\n\n".join(notes) if notes else None
+
+    @property
+    def has_images(self) -> bool:
+        return any(item.image is not None for item in self.items)
+
+    def content(self, text: str) -> str | list[dict[str, Any]]:
+        """This turn's user content for the model: text plus notes, plus native images."""
+        body = "\n\n".join(part for part in (text.strip(), self.note) if part)
+        if not self.has_images:
+            return body
+        parts: list[dict[str, Any]] = [{"type": "text", "text": body}]
+        for item in self.items:
+            if item.image is not None:
+                data = base64.b64encode(item.image).decode("ascii")
+                url = f"data:{item.mime_type};base64,{data}"
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+        return parts
+
+
+def _mime(attachment: Attachment, name: str) -> str:
+    return attachment.mime_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
+
+
+def _kind(attachment: Attachment, mime: str, name: str) -> str:
+    if attachment.kind in ("image", "audio") or mime.split("/")[0] in ("image", "audio"):
+        return attachment.kind if attachment.kind in ("image", "audio") else mime.split("/")[0]
+    if mime.startswith("text/") or mime in TEXT_TYPES or Path(name).suffix.lower() in TEXT_SUFFIXES:
+        return "document"
+    return "document" if attachment.kind == "document" else "file"
+
+
+def _safe_name(name: str) -> str:
+    base = Path(name).name or "attachment"
+    return re.sub(r"[^\w.\-]+", "_", base)[:100] or "attachment"
+
+
+class MediaProcessor:
+    def __init__(
+        self,
+        settings: Settings,
+        fetchers: Fetchers,
+        auxiliary: Auxiliary,
+        transcriber: Transcriber | None,
+    ) -> None:
+        self._dir = settings.media_dir
+        self._fetchers = fetchers
+        self._aux = auxiliary
+        self._aux_vision = settings.auxiliary.vision
+        self._transcriber = transcriber
+        self._doc_chars = settings.agent.document_chars
+        self._max_bytes = int(settings.agent.max_attachment_mb * 1024 * 1024)
+
+    def close(self) -> None:
+        closer = getattr(self._transcriber, "close", None)
+        if closer is not None:
+            closer()
+
+    def prepare(self, turn: TurnRow, session_id: str, *, vision: bool) -> Prepared:
+        prepared = Prepared()
+        for index, attachment in enumerate(attachments_of(turn)):
+            prepared.items.append(self._one(turn, session_id, index, attachment, vision))
+        return prepared
+
+    def _one(
+        self, turn: TurnRow, session_id: str, index: int, attachment: Attachment, vision: bool
+    ) -> Item:
+        name = attachment.name or Path(attachment.path or attachment.url or "attachment").name
+        mime = _mime(attachment, name)
+        kind = _kind(attachment, mime, name)
+        fetcher = self._fetchers.get(turn.platform)
+        if fetcher is None:
+            note = f"[{kind}: {name} — not fetched: no fetcher for {turn.platform} attachments]"
+            return Item(name, kind, mime, note)
+        try:
+            data = fetcher.fetch(attachment, self._max_bytes)
+        except FetchError as exc:
+            return Item(name, kind, mime, f"[{kind}: {name} — could not be read: {exc}]")
+        if kind == "image":
+            if vision:
+                return Item(name, kind, mime, f"[image: {name}]", image=data)
+            return self.described(Item(name, kind, mime, "", image=data), session_id, index)
+        if kind == "audio":
+            return self._audio(name, mime, data, session_id, index)
+        if kind == "document":
+            text = _text_of(data)
+            if text is not None:
+                return Item(name, kind, mime, self._document_note(name, text))
+        path = self._save(session_id, index, name, data)
+        note = (
+            f"[file: {name} ({mime}, {len(data)} bytes) saved at {path}; "
+            "its content is not shown here]"
+        )
+        return Item(name, "file", mime, note)
+
+    def described(self, item: Item, session_id: str, index: int) -> Item:
+        """An image as text: the auxiliary model's description (or its saved path)."""
+        assert item.image is not None
+        if self._aux_vision:
+            try:
+                description = " ".join(self._aux.describe_image(item.image, item.mime_type).split())
+                return Item(item.name, "image", item.mime_type, _described(item.name, description))
+            except AuxiliaryUnavailable as exc:
+                log.warning("image %s not described: %s", item.name, exc)
+        path = self._save(session_id, index, item.name, item.image)
+        note = f"[image: {item.name} saved at {path}; no model here could look at it]"
+        return Item(item.name, "image", item.mime_type, note)
+
+    def _audio(self, name: str, mime: str, data: bytes, session_id: str, index: int) -> Item:
+        if self._transcriber is not None:
+            try:
+                text = " ".join(self._transcriber.transcribe(name, data, mime).split())
+                return Item(name, "audio", mime, f"[audio: {name} — transcript: {text}]")
+            except Exception as exc:
+                log.warning("audio %s not transcribed: %s", name, exc)
+        path = self._save(session_id, index, name, data)
+        return Item(name, "audio", mime, f"[audio: {name} saved at {path}; not transcribed]")
+
+    def _document_note(self, name: str, text: str) -> str:
+        if len(text) > self._doc_chars:
+            cut = len(text) - self._doc_chars
+            text = text[: self._doc_chars] + f"\n… [{cut} more characters not included]"
+        return f"[document: {name}]\n{text}"
+
+    def _save(self, session_id: str, index: int, name: str, data: bytes) -> Path:
+        folder = self._dir / session_id
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = folder / f"{index + 1}-{_safe_name(name)}"
+        path.write_bytes(data)
+        path.chmod(0o600)
+        return path
+
+
+def _described(name: str, description: str) -> str:
+    return f"[image: {name} — description: {description}]"
+
+
+def _text_of(data: bytes) -> str | None:
+    if b"\x00" in data[:4096]:
+        return None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+
+
+class OpenAITranscriber:
+    """Speech to text through an OpenAI-compatible `/audio/transcriptions` endpoint."""
+
+    def __init__(self, sdk: Any, model: str) -> None:
+        self._sdk = sdk
+        self._model = model
+
+    def close(self) -> None:
+        self._sdk.close()
+
+    def transcribe(self, name: str, data: bytes, mime_type: str) -> str:
+        result = self._sdk.audio.transcriptions.create(
+            model=self._model, file=(name, data, mime_type)
+        )
+        return str(getattr(result, "text", result))

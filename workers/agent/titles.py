@@ -1,0 +1,96 @@
+"""Auto-titles: after a session's first exchange, once, off the reply path.
+
+The auxiliary model writes 3–7 words in the user's language; offline (or when it fails) the
+first words of the first message stand in. A session that already has a title — the user's,
+a derived one, or an earlier auto one — is left alone; a title another session holds takes
+the next number of its lineage ("x" → "x #2").
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from sqlalchemy import select
+
+from shared.store import sessions as session_rows
+from shared.store.errors import TitleInUse
+from shared.store.schema import messages
+from shared.titles import MAX_TITLE_CHARS, TitleError, TitleSource, validate_title
+from workers.agent.auxiliary import AuxiliaryUnavailable, heuristic_title
+from workers.agent.compression import auxiliary_of
+from workers.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+MAX_WORDS = 7
+UNSPACED_CHARS = 24  # a title in a script without spaces (CJK): at most this many characters
+_PREFIX_RE = re.compile(r"^(title|titre|titel|título|标题|タイトル)\s*[:：]\s*", re.IGNORECASE)
+_QUOTES = "\"'“”‘’«»「」『』`*#"
+
+
+def tidy_title(raw: str) -> str | None:
+    """A model's title as a title: first line, no label, quotes or end punctuation, ≤ 7 words."""
+    lines = [line for line in raw.strip().splitlines() if line.strip()]
+    if not lines:
+        return None
+    text = _PREFIX_RE.sub("", lines[0].strip()).strip().strip(_QUOTES).strip()
+    text = text.rstrip(".。!！?？:：;；,，").strip().strip(_QUOTES).strip()
+    words = text.split()
+    if len(words) > MAX_WORDS:
+        text = " ".join(words[:MAX_WORDS])
+    elif len(words) == 1 and len(text) > UNSPACED_CHARS:
+        text = text[:UNSPACED_CHARS]
+    try:
+        return validate_title(text[:MAX_TITLE_CHARS])
+    except TitleError:
+        return None
+
+
+def _first_exchange(rt: Runtime, session_id: str) -> tuple[str, str] | None:
+    with rt.store.read() as conn:
+        rows = conn.execute(
+            select(messages.c.role, messages.c.content)
+            .where(
+                messages.c.session_id == session_id,
+                messages.c.role.in_(("user", "assistant")),
+                messages.c.content.is_not(None),
+            )
+            .order_by(messages.c.id)
+            .limit(20)
+        ).all()
+    user = next((str(r.content) for r in rows if r.role == "user"), None)
+    reply = next((str(r.content) for r in rows if r.role == "assistant"), "")
+    return (user, reply) if user else None
+
+
+def autotitle(rt: Runtime, session_id: str) -> str:
+    """Title an untitled session from its first exchange; returns what happened (for logs)."""
+    with rt.store.read() as conn:
+        session = session_rows.get_session(conn, session_id)
+    if session is None:
+        return "gone"
+    if session.title is not None:
+        return "already titled"
+    exchange = _first_exchange(rt, session_id)
+    if exchange is None:
+        return "no exchange yet"
+    user, reply = exchange
+    title = None
+    try:
+        title = tidy_title(auxiliary_of(rt).title(user, reply))
+    except AuxiliaryUnavailable as exc:
+        log.info("auto-title of %s falls back to the first words: %s", session_id, exc)
+    title = title or tidy_title(heuristic_title(user) or "")
+    if title is None:
+        return "nothing to title it with"
+    with rt.store.write() as conn:
+        current = session_rows.get_session(conn, session_id)
+        if current is None or current.title is not None:
+            return "already titled"
+        try:
+            session_rows.set_title(conn, session_id, title, TitleSource.AUTO)
+        except TitleInUse:
+            title = session_rows.continuation_title(conn, title)
+            session_rows.set_title(conn, session_id, title, TitleSource.AUTO)
+    return f"titled {title!r}"

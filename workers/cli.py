@@ -1,0 +1,144 @@
+"""`hermes worker` and `hermes beat`: one role each, for fleets (and for `hermes up`)."""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import os
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+import beat_schedule
+from shared.settings import Settings, load_settings
+from shared.tasknames import ALL_QUEUES
+from workers.app import create_app
+
+
+def _settings(ctx: click.Context) -> Settings:
+    """The settings the `hermes` root command read (its context object), or read them now."""
+    settings = getattr(ctx.obj, "settings", None)
+    return settings if isinstance(settings, Settings) else load_settings()
+
+
+def beat_config(settings: Settings) -> dict[str, dict[str, Any]]:
+    """beat_schedule.SCHEDULE with the periods the settings override."""
+    entries: dict[str, dict[str, Any]] = copy.deepcopy(beat_schedule.SCHEDULE)
+    periods = {
+        "redrive": settings.pipeline.redrive_seconds,
+        "cron": settings.maintenance.cron_seconds,
+        "reset": settings.maintenance.reset_seconds,
+        "titles": settings.maintenance.title_seconds,
+        "prune": settings.maintenance.prune_seconds,
+    }
+    for name, period in periods.items():
+        entries[name]["schedule"] = period
+        entries[name]["options"]["expires"] = period
+    return entries
+
+
+@click.command()
+@click.option("--concurrency", "-c", type=click.IntRange(1, 1024), help="Turns at once (threads).")
+@click.option(
+    "--pool",
+    "-P",
+    type=click.Choice(["threads", "prefork", "solo"]),
+    default="threads",
+    show_default=True,
+    help="Threads suit turns that wait on a model.",
+)
+@click.option(
+    "--queues",
+    "-Q",
+    default=",".join(ALL_QUEUES),
+    show_default=True,
+    help="Comma list of queues to consume.",
+)
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.option("--hostname", "-n", help="Node name (default hermes-<pid>@<host>).")
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    concurrency: int | None,
+    pool: str,
+    queues: str,
+    loglevel: str,
+    hostname: str | None,
+) -> None:
+    """Run a Celery worker that drains sessions, delivers replies and runs maintenance."""
+    settings = _settings(ctx)
+    app = create_app(settings)
+    argv = [
+        "worker",
+        "--pool",
+        pool,
+        "--concurrency",
+        str(concurrency or settings.workers.concurrency),
+        "--queues",
+        queues,
+        "--loglevel",
+        loglevel,
+        "--hostname",
+        hostname or f"hermes-{os.getpid()}@%h",
+        "--task-events",
+        "--without-mingle",
+    ]
+    app.worker_main(argv)
+
+
+@click.command()
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.pass_context
+def beat(ctx: click.Context, loglevel: str) -> None:
+    """Run Celery beat: the redrive sweep and the other schedules (run exactly one)."""
+    settings = _settings(ctx)
+    settings.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = _single_beat_lock(settings.run_dir / "beat.lock")
+    app = create_app(settings)
+    app.conf.beat_schedule = beat_config(settings)
+    try:
+        app.Beat(
+            loglevel=loglevel,
+            schedule=str(settings.run_dir / "celerybeat-schedule"),
+            pidfile=None,
+        ).run()
+    finally:
+        lock.close()
+
+
+def _single_beat_lock(path: Path) -> IO[str]:
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        click.echo(f"another hermes beat is running on this HERMES_HOME ({path})", err=True)
+        sys.exit(1)
+    return handle
+
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+@click.command()
+@click.option("--address", help="Listen address (default flower.address).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port (default flower.port).")
+@click.pass_context
+def flower(ctx: click.Context, address: str | None, port: int | None) -> None:
+    """Run Flower, the Celery dashboard, on the same broker (basic auth from flower.basic_auth)."""
+    settings = _settings(ctx)
+    where = address or settings.flower.address
+    auth = settings.flower.basic_auth
+    if auth is None and where not in LOOPBACK:
+        raise click.UsageError(
+            f"flower on {where} needs flower.basic_auth (HERMES_FLOWER__BASIC_AUTH=user:password)"
+        )
+    if auth is not None and ":" not in auth.get_secret_value():
+        raise click.UsageError("flower.basic_auth must look like user:password")
+    app = create_app(settings)
+    argv = ["flower", f"--address={where}", f"--port={port or settings.flower.port}"]
+    if auth is not None:
+        argv.append(f"--basic-auth={auth.get_secret_value()}")
+    app.start(argv=argv)

@@ -1,0 +1,48 @@
+"""Slash commands, run by the worker in the session's place in line, so every platform has them.
+
+Each module contributes a HANDLERS mapping; adding a command touches one module and the
+merge below.
+"""
+
+from __future__ import annotations
+
+from shared.commands import Command
+from shared.store import inbox, leases, outbox
+from workers.commands import agent, platform, session
+from workers.commands.base import Handler
+from workers.deliver import deliver_now
+from workers.renewer import Held
+from workers.runtime import Runtime
+
+HANDLERS: dict[str, Handler] = {**session.HANDLERS, **platform.HANDLERS, **agent.HANDLERS}
+
+
+def unknown_reply(name: str) -> str:
+    return f"Unknown command /{name}. Send /help for the list."
+
+
+def run_command(
+    rt: Runtime, held: Held, turn: inbox.TurnRow, session_id: str, command: Command
+) -> None:
+    """Answer a command turn; the answer and the turn's status commit together, fenced."""
+    now = rt.clock()
+    with rt.store.write() as conn:
+        leases.check_route(conn, held.lease, now, rt.lease_ttl)
+        handler = HANDLERS.get(command.name)
+        if handler is None:
+            reply = unknown_reply(command.name)
+        else:
+            reply = handler(conn, rt, turn, session_id, command.args)
+        outbox.add(
+            conn,
+            platform=turn.platform,
+            chat_id=turn.chat_id,
+            thread_id=turn.thread_id,
+            reply_to=turn.message_id,
+            turn_id=turn.id,
+            session_id=session_id,
+            text=reply,
+            now=now,
+        )
+        inbox.finish_turn(conn, turn.id, inbox.DONE, now)
+    deliver_now(rt, outbox.lane_for(turn.platform, turn.chat_id))

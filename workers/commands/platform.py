@@ -1,0 +1,154 @@
+"""Platform commands: /sethome (this chat is the platform's home), /handoff <platform>, and
+Telegram's /start.
+
+/sethome stores the chat (id, type, thread, who ran it) in state_meta as
+`home_channel.<platform>`; without one, `platforms.<p>.home_channel` from the settings is used.
+
+/handoff <platform> continues this session in that platform's home channel: the route the home
+channel's next message will derive is bound to this session, and a note is posted there, so
+the conversation carries on there with its history. This chat's own route is untouched (it
+continues the same session too, until /new or /reset).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, insert, select, update
+
+from shared.platforms import CLI, GATEWAY_PLATFORMS
+from shared.session_key import derive_session_key
+from shared.store import chats, outbox
+from shared.store import sessions as session_rows
+from shared.store.inbox import TurnRow
+from shared.store.schema import routes
+from shared.turns import InboundTurn
+from workers.commands.base import Handler
+from workers.commands.session import HELP
+from workers.runtime import Runtime
+
+HANDOFF_WAKE_DELAY = 1.0  # the note commits with this command; wake its lane just after
+
+
+def _sethome(conn: Connection, rt: Runtime, turn: TurnRow, session_id: str, args: str) -> str:
+    if turn.platform not in GATEWAY_PLATFORMS:
+        return "/sethome works in a Telegram, Slack or Discord chat."
+    chats.set_home_channel(
+        conn,
+        chats.HomeChannel(
+            platform=turn.platform,
+            chat_id=turn.chat_id,
+            chat_type=turn.chat_type,
+            thread_id=turn.thread_id,
+            user_id=turn.user_id,
+            session_key=turn.session_key,
+        ),
+    )
+    return f"This chat is now the {turn.platform} home channel: notices and hand-offs come here."
+
+
+def home_channel(conn: Connection, rt: Runtime, platform: str) -> chats.HomeChannel | None:
+    configured = getattr(rt.settings.platforms, platform, None)
+    return chats.get_home_channel(
+        conn, platform, configured=configured.home_channel if configured is not None else None
+    )
+
+
+def home_key(rt: Runtime, home: chats.HomeChannel) -> str | None:
+    """The key the home channel's next message derives: stored by /sethome, else worked out
+    from the id (only where keys carry no workspace scope: Telegram)."""
+    if home.session_key is not None:
+        return home.session_key
+    if home.platform != "telegram":
+        return None
+    probe = InboundTurn(
+        platform=home.platform,
+        chat_id=home.chat_id,
+        chat_type=home.chat_type,
+        event_id="handoff",
+        text="",
+        user_id=home.user_id,
+        thread_id=home.thread_id,
+    )
+    platform = getattr(rt.settings.platforms, home.platform)
+    return derive_session_key(
+        probe,
+        group_sessions_per_user=rt.settings.group_sessions_per_user,
+        shared_rooms=frozenset(platform.shared_rooms),
+    ).key
+
+
+def _bind(
+    conn: Connection, rt: Runtime, home: chats.HomeChannel, key: str, session_id: str
+) -> None:
+    """Point the home channel's route (`key`) at `session_id`, creating the route if new."""
+    now = rt.clock()
+    found = conn.execute(select(routes.c.session_key).where(routes.c.session_key == key)).first()
+    if found is None:
+        conn.execute(
+            insert(routes).values(
+                session_key=key,
+                session_id=session_id,
+                platform=home.platform,
+                chat_id=home.chat_id,
+                chat_type=home.chat_type,
+                thread_id=home.thread_id,
+                user_id=home.user_id,
+                next_seq=0,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    else:
+        conn.execute(
+            update(routes)
+            .where(routes.c.session_key == key)
+            .values(session_id=session_id, pending_title=None, updated_at=now)
+        )
+
+
+def _handoff(conn: Connection, rt: Runtime, turn: TurnRow, session_id: str, args: str) -> str:
+    target = args.strip().lower()
+    if not target:
+        return "Usage: /handoff <telegram|slack|discord>"
+    if target == CLI:
+        return "To continue in the terminal, run: hermes -r " + session_id
+    if target not in GATEWAY_PLATFORMS:
+        return f"Unknown platform '{target}'. Use telegram, slack or discord."
+    if target not in rt.senders.platforms():
+        return f"{target} is not configured on this fleet (no token)."
+    home = home_channel(conn, rt, target)
+    if home is None:
+        return f"{target} has no home channel yet: send /sethome in the chat you want there."
+    if home.platform == turn.platform and home.chat_id == turn.chat_id:
+        return "This chat is already that platform's home channel."
+    key = home_key(rt, home)
+    if key is None:
+        return (
+            f"The {target} home channel comes from the settings; send /sethome in it once so "
+            "hand-offs know its conversation."
+        )
+    _bind(conn, rt, home, key, session_id)
+    session = session_rows.require_session(conn, session_id)
+    name = f"'{session.title}'" if session.title else session_id
+    outbox.add(
+        conn,
+        platform=home.platform,
+        chat_id=home.chat_id,
+        thread_id=home.thread_id,
+        session_id=session_id,
+        text=f"Continuing session {name} from {turn.platform}. Reply here to carry on.",
+        now=rt.clock(),
+    )
+    rt.waker.deliver(outbox.lane_for(home.platform, home.chat_id), countdown=HANDOFF_WAKE_DELAY)
+    return f"Handed off to the {target} home channel: continue there, with this session's history."
+
+
+def _start(conn: Connection, rt: Runtime, turn: TurnRow, session_id: str, args: str) -> str:
+    """Telegram sends /start when someone first opens the bot (and for deep links)."""
+    return "Hello! Just write to talk to me.\n\n" + HELP
+
+
+HANDLERS: dict[str, Handler] = {  # merged into workers.commands.HANDLERS
+    "sethome": _sethome,
+    "handoff": _handoff,
+    "start": _start,
+}

@@ -1,0 +1,99 @@
+"""Session commands: /new, /reset, /title, /stop, /help."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, select, update
+
+from shared.store import inbox
+from shared.store import sessions as session_rows
+from shared.store.errors import TitleInUse
+from shared.store.schema import inbox as inbox_table
+from shared.store.schema import routes
+from shared.titles import TitleError, TitleSource, validate_title
+from workers.commands.base import Handler
+from workers.runtime import Runtime
+
+HELP = """Commands:
+/new [name] — start a new session (optionally named)
+/title [text] — show or set this session's title
+/compress — summarise this session and continue in a fresh one ("x" becomes "x #2")
+/resume <name> — switch to one of your earlier sessions (title, id or id prefix)
+/sessions — list your recent sessions
+/reset — end this session; your next message starts a fresh one
+/stop — stop the reply in progress
+/help — this list"""
+
+
+def _help(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, args: str) -> str:
+    return HELP
+
+
+def _stop(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, args: str) -> str:
+    cancelled = conn.execute(
+        select(inbox_table.c.id).where(
+            inbox_table.c.session_key == turn.session_key,
+            inbox_table.c.status == inbox.CANCELLED,
+            inbox_table.c.seq < turn.seq,
+            inbox_table.c.finished_at >= turn.received_at,
+        )
+    ).first()
+    return "Stopped the reply in progress." if cancelled else "Nothing was running to stop."
+
+
+def _end_and_detach(
+    conn: Connection,
+    rt: Runtime,
+    turn: inbox.TurnRow,
+    session_id: str,
+    reason: str,
+    pending_title: str | None,
+) -> None:
+    session_rows.end_session(conn, session_id, reason, rt.clock())
+    conn.execute(
+        update(routes)
+        .where(routes.c.session_key == turn.session_key)
+        .values(session_id=None, pending_title=pending_title, updated_at=rt.clock())
+    )
+
+
+def _new(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, args: str) -> str:
+    title = None
+    if args:
+        try:
+            title = validate_title(args)
+        except TitleError as exc:
+            return str(exc)
+        holder = session_rows.newest_in_lineage(conn, title)
+        if holder is not None and holder.title == title:
+            return f"The title '{title}' is taken by session {holder.id}; pick another."
+    _end_and_detach(conn, rt, turn, session_id, "new", title)
+    return f"Started a new session '{title}'." if title else "Started a new session."
+
+
+def _reset(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, args: str) -> str:
+    _end_and_detach(conn, rt, turn, session_id, "reset", None)
+    return "Session ended. Your next message starts a fresh one."
+
+
+def _title(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, args: str) -> str:
+    session = session_rows.require_session(conn, session_id)
+    if not args:
+        return (
+            f"This session is titled '{session.title}'."
+            if session.title
+            else ("This session has no title yet. Set one with /title <text>.")
+        )
+    try:
+        session_rows.set_title(conn, session_id, args, TitleSource.USER)
+    except (TitleError, TitleInUse) as exc:
+        return str(exc)
+    return f"Title set to '{validate_title(args)}'."
+
+
+HANDLERS: dict[str, Handler] = {  # merged into workers.commands.HANDLERS
+    "help": _help,
+    "stop": _stop,
+    "new": _new,
+    "reset": _reset,
+    "title": _title,
+}

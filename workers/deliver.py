@@ -1,0 +1,173 @@
+"""Flushing one chat lane: pending replies sent in write order, at least once, under a lease.
+
+A platform's "wait" (429 retry_after) puts the whole lane in a cooldown that every worker
+honours, and the flush re-schedules itself instead of sleeping, freeing the worker slot.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from shared.store import leases, outbox
+from workers.delivery.base import RetryLater, Undeliverable
+from workers.delivery.registry import UnknownPlatform
+from workers.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+LANE_TTL = 60.0
+MAX_SEND_ATTEMPTS = 8
+BATCH = 50
+PAGE = 10
+
+
+@dataclass(frozen=True, slots=True)
+class FlushResult:
+    sent: int
+    reason: str  # idle | busy | cooldown | retry | lost | batch
+    retry_in: float | None = None
+
+
+def lane_lease_name(lane: str) -> str:
+    return f"lane:{lane}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """After one row: why the lane stops now, or the next rows (when asked to look)."""
+
+    stop: tuple[str, float] | None = None
+    rows: list[outbox.OutboxRow] | None = None
+    released: bool = False
+
+
+def flush(rt: Runtime, lane: str) -> FlushResult:
+    name = lane_lease_name(lane)
+    now = rt.clock()
+    with rt.store.write() as conn:
+        cooldown = leases.cooldown_until(conn, name)
+        if cooldown is not None and cooldown > now:
+            rt.waker.deliver(lane, countdown=cooldown - now)
+            return FlushResult(0, "cooldown", cooldown - now)
+        lease = leases.acquire_named(conn, name, rt.holder(), now, LANE_TTL)
+        rows = _pending_or_release(conn, lease) if lease is not None else []
+    if lease is None:
+        return FlushResult(0, "busy")
+    if not rows:  # released in the same transaction
+        return FlushResult(0, "idle")
+    result = FlushResult(0, "idle")
+    released = False
+    cooldown_to: float | None = None
+    try:
+        result, released = _send_pending(rt, lease, rows)
+        if result.reason in {"cooldown", "retry"} and result.retry_in is not None:
+            cooldown_to = rt.clock() + result.retry_in if result.reason == "cooldown" else None
+    except leases.LeaseLost:
+        return FlushResult(result.sent, "lost")
+    finally:
+        if not released:
+            with rt.store.write() as conn:
+                leases.release_named(conn, lease, cooldown_until=cooldown_to)
+    if result.reason in {"cooldown", "retry", "batch"}:
+        rt.waker.deliver(lane, countdown=result.retry_in)
+    return result
+
+
+def _pending_or_release(conn: Connection, lease: leases.Lease) -> list[outbox.OutboxRow]:
+    """The lane's next rows; with none, the lease is let go in this same write.
+
+    Checking and releasing in one write transaction means a reply committed after it finds the
+    lane free when its wake-up runs, and one committed before it is seen here.
+    """
+    rows = outbox.pending(conn, lease.name.removeprefix("lane:"), limit=PAGE)
+    if not rows:
+        leases.release_named(conn, lease)
+    return rows
+
+
+def _send_pending(
+    rt: Runtime, lease: leases.Lease, rows: list[outbox.OutboxRow]
+) -> tuple[FlushResult, bool]:
+    """Send `rows` and what follows them; True when the lane was released (nothing left)."""
+    sent = 0
+    while True:
+        step = _Step()
+        for index, row in enumerate(rows):
+            now = rt.clock()
+            if row.not_before is not None and row.not_before > now:
+                return FlushResult(sent, "retry", row.not_before - now), False
+            look = index == len(rows) - 1 and sent + 1 < BATCH
+            step = _send_one(rt, lease, row, look=look)
+            if step.stop is not None:
+                return FlushResult(sent, step.stop[0], step.stop[1]), False
+            sent += 1
+        if step.released:
+            return FlushResult(sent, "idle"), True
+        if not step.rows:
+            return FlushResult(sent, "batch"), False
+        rows = step.rows
+
+
+def _send_one(rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, *, look: bool) -> _Step:
+    """Send one row and record what happened (with a look at what is next when `look`)."""
+    try:
+        sender = rt.senders.get(row.platform)
+        receipt = sender.send(row)
+    except RetryLater as exc:
+        _record_retry(rt, lease, row, exc.after, exc.reason, failed=False)
+        return _Step(stop=("cooldown", exc.after))
+    except (Undeliverable, UnknownPlatform) as exc:
+        log.warning("outbox %s to %s undeliverable: %s", row.id, row.lane, exc)
+        with rt.store.write() as conn:
+            leases.check_named(conn, lease, rt.clock(), LANE_TTL)
+            outbox.mark_failed(conn, row.id, str(exc)[:500], rt.clock())
+            rows = _pending_or_release(conn, lease) if look else None
+        return _Step(rows=rows, released=rows == [])
+    except Exception as exc:  # transient: connection dropped, 5xx
+        wait = min(300.0, 2.0 ** (row.attempts + 1))
+        _record_retry(rt, lease, row, wait, f"{type(exc).__name__}: {exc}")
+        return _Step(stop=("retry", wait))
+    with rt.store.write() as conn:
+        leases.check_named(conn, lease, rt.clock(), LANE_TTL)
+        outbox.mark_sent(conn, row.id, receipt.platform_message_id, rt.clock())
+        rows = _pending_or_release(conn, lease) if look else None
+    return _Step(rows=rows, released=rows == [])
+
+
+def _record_retry(
+    rt: Runtime,
+    lease: leases.Lease,
+    row: outbox.OutboxRow,
+    wait: float,
+    reason: str,
+    *,
+    failed: bool = True,
+) -> None:
+    """A rate limit or 429 is an instruction to wait, not a failure: it does not use up the
+    row's attempts (the platform's cooldown bounds it); errors do."""
+    now = rt.clock()
+    with rt.store.write() as conn:
+        leases.check_named(conn, lease, now, LANE_TTL)
+        attempts = outbox.mark_retry(conn, row.id, now + wait, reason[:500], failed=failed)
+        if attempts >= MAX_SEND_ATTEMPTS:
+            outbox.mark_failed(
+                conn, row.id, f"gave up after {attempts} attempts: {reason}"[:500], now
+            )
+            log.error("outbox %s to %s failed for good: %s", row.id, row.lane, reason)
+
+
+def deliver_now(rt: Runtime, lane: str) -> None:
+    """Send `lane`'s new replies from this thread if the lane is free.
+
+    If another worker holds the lane it sends them (it looks for more and releases in one
+    write); if the platform said wait, flush has scheduled the retry. Only an unexpected error
+    falls back to a delivery task.
+    """
+    try:
+        flush(rt, lane)
+    except Exception as exc:
+        log.warning("inline delivery to %s failed (%s); queued for a delivery worker", lane, exc)
+        rt.waker.deliver(lane)

@@ -1,0 +1,1 @@
+"""Per-platform senders and the registry the delivery task picks them from."""

@@ -1,0 +1,44 @@
+"""The sender port: send one outbox row, or say why not (retry later, or never)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from shared.store.outbox import OutboxRow
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    platform_message_id: str | None
+
+
+class RetryLater(Exception):
+    """The platform asked us to wait (429 retry_after) or was briefly unreachable."""
+
+    def __init__(self, after: float, reason: str) -> None:
+        super().__init__(reason)
+        self.after = after
+        self.reason = reason
+
+
+class Undeliverable(Exception):
+    """This message can never be delivered (user blocked the bot, chat gone)."""
+
+
+class Sender(Protocol):
+    platform: str
+
+    def send(self, row: OutboxRow) -> Sent: ...
+
+
+class MemorySender:
+    """The cheap twin: keeps what it was asked to send."""
+
+    def __init__(self, platform: str) -> None:
+        self.platform = platform
+        self.sent: list[OutboxRow] = []
+
+    def send(self, row: OutboxRow) -> Sent:
+        self.sent.append(row)
+        return Sent(platform_message_id=f"mem-{row.id}")

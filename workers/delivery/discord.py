@@ -1,0 +1,143 @@
+"""Discord sender: REST `POST /channels/{id}/messages` (httpx against `api_base`).
+
+discord.py's HTTP client sleeps through 429s itself, which would hold a worker slot; here the
+REST call is made directly and every wait becomes RetryLater. Limits: Discord's per-route
+buckets are learnt from the response headers (`X-RateLimit-Remaining: 0` with
+`X-RateLimit-Reset-After` cools the channel's route down for every worker), on top of a static
+5 messages / 5 s per channel and 50 requests/s for the bot; a 429's `retry_after` (with
+`global`) cools down the route or the whole bot. Parts are 2,000 characters; each carries a
+nonce with `enforce_nonce`, so a part retried within Discord's window is not posted twice.
+Threads are channels: a thread turn's reply goes to the thread. 403 (cannot message this
+user, missing access) and 404 (unknown channel) → Undeliverable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from shared.store.outbox import OutboxRow
+from workers.delivery.base import RetryLater, Sent, Undeliverable
+from workers.delivery.progress import Progress
+from workers.delivery.ratelimit import Bucket, Limiter, bot_key
+from workers.delivery.split import DISCORD_LIMIT, split_text
+
+PER_CHANNEL = (1.0, 5.0)
+PER_BOT = (50.0, 50.0)
+TIMEOUT = 30.0
+USER_AGENT = "DiscordBot (https://github.com/hermes-fleet, 0.1)"
+
+
+class SendFailed(Exception):
+    """A transient failure (connection dropped, 5xx); the flush retries with backoff."""
+
+
+class DiscordSender:
+    platform = "discord"
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        api_base: str,
+        limiter: Limiter,
+        progress: Progress,
+        nonce_prefix: str = "h",
+    ) -> None:
+        self._token = token
+        self._client = httpx.Client(
+            base_url=api_base.rstrip("/") + "/",
+            headers={"Authorization": f"Bot {token}", "User-Agent": USER_AGENT},
+            timeout=TIMEOUT,
+        )
+        self._limiter = limiter
+        self._progress = progress
+        self._keys = bot_key("discord", token)
+        self._nonce_prefix = nonce_prefix[:8]
+
+    def buckets(self, channel: str) -> list[Bucket]:
+        return [
+            Bucket(f"{self._keys}:chat:{channel}", *PER_CHANNEL),
+            Bucket(f"{self._keys}:bot", *PER_BOT),
+        ]
+
+    def cooldowns(self, channel: str) -> list[str]:
+        return [f"{self._keys}:cool:route:{channel}", f"{self._keys}:cool:bot"]
+
+    def send(self, row: OutboxRow) -> Sent:
+        channel = row.thread_id or row.chat_id
+        parts = split_text(row.text, DISCORD_LIMIT)
+        done = self._progress.sent_parts(row.id)
+        for index in range(len(done), len(parts)):
+            wait = self._limiter.acquire(
+                self.buckets(channel), self.cooldowns(channel), want=len(parts) - index
+            )
+            if wait > 0:
+                raise RetryLater(wait, f"discord rate limit for channel {channel}")
+            message_id = self._post(row, channel, parts[index], index)
+            self._progress.part_sent(row.id, message_id)
+            done.append(message_id)
+        return Sent(",".join(done) if done else None)
+
+    def _post(self, row: OutboxRow, channel: str, text: str, index: int) -> str:
+        body: dict[str, Any] = {
+            "content": text,
+            "allowed_mentions": {"parse": []},
+            "nonce": f"{self._nonce_prefix}{row.id}.{index}"[:25],
+            "enforce_nonce": True,
+        }
+        if index == 0 and row.reply_to:
+            body["message_reference"] = {"message_id": row.reply_to, "fail_if_not_exists": False}
+        try:
+            response = self._client.post(f"channels/{channel}/messages", json=body)
+        except httpx.HTTPError as exc:
+            message = str(exc).replace(self._token, "***")
+            raise SendFailed(f"discord: {type(exc).__name__}: {message}") from None
+        self._learn(channel, response)
+        if response.status_code in (200, 201):
+            return str(_json(response).get("id", ""))
+        raise self._map(channel, response)
+
+    def _learn(self, channel: str, response: httpx.Response) -> None:
+        """A bucket the headers say is empty cools the route down until it resets."""
+        if response.headers.get("X-RateLimit-Remaining") == "0":
+            reset = _seconds(response.headers.get("X-RateLimit-Reset-After"), 0.0)
+            if reset > 0:
+                self._limiter.cool_down(self.cooldowns(channel)[0], reset)
+
+    def _map(self, channel: str, response: httpx.Response) -> Exception:
+        data = _json(response)
+        status = response.status_code
+        if status == 429:
+            wait = _seconds(data.get("retry_after"), 0.0) or _seconds(
+                response.headers.get("Retry-After"), 1.0
+            )
+            scope = "global" if data.get("global") else "route"
+            key = self.cooldowns(channel)[1 if scope == "global" else 0]
+            self._limiter.cool_down(key, wait)
+            return RetryLater(wait, f"discord 429 ({scope}): retry after {wait:g} s")
+        detail = f"{data.get('code', '')} {data.get('message', '')}".strip()
+        if status in (401, 403, 404):
+            return Undeliverable(f"discord {status}: {detail or 'refused'}")
+        if 400 <= status < 500:
+            return Undeliverable(f"discord {status}: {detail or 'bad request'}")
+        return SendFailed(f"discord {status}: {detail or 'server error'}")
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _seconds(value: Any, default: float) -> float:
+    try:
+        return max(0.0, float(value))
+    except (TypeError, ValueError):
+        return default

@@ -1,0 +1,129 @@
+"""Fetching a turn's attachments from Telegram, Slack and Discord (the agent's media port).
+
+- Telegram: the turn holds `telegram:file/<file_id>`; `getFile` gives a path, downloaded from
+  the Bot API's file root (`…/file/bot<token>/<path>`, derived from `api_base`). The token is
+  in that URL, so it is never logged or stored, and errors are redacted.
+- Slack: `url_private`, with the bot token as a bearer header.
+- Discord: the attachment's CDN URL (signed; no credentials).
+
+Every download streams and stops at `max_bytes`. `register_platform_fetchers` adds those whose
+platform has a token to a workers.agent.media.Fetchers registry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from shared.settings import Settings
+from shared.turns import Attachment
+
+TIMEOUT = 30.0
+TELEGRAM_PREFIX = "telegram:file/"
+
+
+class FetchFailed(Exception):
+    """The attachment could not be fetched (gone, too big, refused); the message says why."""
+
+
+def _download(client: httpx.Client, url: str, max_bytes: int, **kwargs: Any) -> bytes:
+    with client.stream("GET", url, **kwargs) as response:
+        if response.status_code != 200:
+            raise FetchFailed(f"download answered {response.status_code}")
+        declared = response.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            raise FetchFailed(f"{declared} bytes is over the {max_bytes}-byte limit")
+        chunks, size = [], 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > max_bytes:
+                raise FetchFailed(f"over the {max_bytes}-byte limit")
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def telegram_file_base(api_base: str) -> str:
+    """`https://api.telegram.org/bot` → `https://api.telegram.org/file/bot` (a proxy alike)."""
+    root, _, last = api_base.rstrip("/").rpartition("/")
+    return f"{root}/file/{last}"
+
+
+class TelegramFetcher:
+    def __init__(self, *, token: str, api_base: str) -> None:
+        self._token = token
+        self._api = f"{api_base}{token}"
+        self._files = f"{telegram_file_base(api_base)}{token}"
+        self._client = httpx.Client(timeout=TIMEOUT)
+
+    def fetch(self, attachment: Attachment, max_bytes: int) -> bytes:
+        url = attachment.url or ""
+        if not url.startswith(TELEGRAM_PREFIX):
+            raise FetchFailed("not a Telegram file reference")
+        file_id = url.removeprefix(TELEGRAM_PREFIX)
+        if attachment.size is not None and attachment.size > max_bytes:
+            raise FetchFailed(f"{attachment.size} bytes is over the {max_bytes}-byte limit")
+        try:
+            answer = self._client.post(f"{self._api}/getFile", json={"file_id": file_id}).json()
+            if not answer.get("ok") or not answer.get("result", {}).get("file_path"):
+                raise FetchFailed(f"getFile refused: {answer.get('description', 'no path')}")
+            path = answer["result"]["file_path"]
+            return _download(self._client, f"{self._files}/{path}", max_bytes)
+        except (httpx.HTTPError, ValueError) as exc:
+            raise FetchFailed(
+                f"telegram: {type(exc).__name__}: {exc}".replace(self._token, "***")
+            ) from None
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class UrlFetcher:
+    """Slack's url_private (bearer token); with no token, a plain GET (Discord's CDN)."""
+
+    def __init__(self, *, token: str | None = None) -> None:
+        self._token = token
+        self._client = httpx.Client(timeout=TIMEOUT, follow_redirects=True)
+
+    def fetch(self, attachment: Attachment, max_bytes: int) -> bytes:
+        if not attachment.url or not attachment.url.startswith(("https://", "http://")):
+            raise FetchFailed("no download URL")
+        if attachment.size is not None and attachment.size > max_bytes:
+            raise FetchFailed(f"{attachment.size} bytes is over the {max_bytes}-byte limit")
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        try:
+            return _download(self._client, attachment.url, max_bytes, headers=headers)
+        except httpx.HTTPError as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            if self._token:
+                message = message.replace(self._token, "***")
+            raise FetchFailed(message) from None
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def platform_fetchers(settings: Settings) -> dict[str, Any]:
+    """Fetchers for the gateway platforms that have a token (Discord's CDN needs none)."""
+    found: dict[str, Any] = {}
+    telegram, slack, discord = (
+        settings.platforms.telegram,
+        settings.platforms.slack,
+        settings.platforms.discord,
+    )
+    if telegram.enabled and telegram.token is not None:
+        found["telegram"] = TelegramFetcher(
+            token=telegram.token.get_secret_value(),
+            api_base=telegram.api_base or "https://api.telegram.org/bot",
+        )
+    if slack.enabled and slack.token is not None:
+        found["slack"] = UrlFetcher(token=slack.token.get_secret_value())
+    if discord.enabled and discord.token is not None:
+        found["discord"] = UrlFetcher()
+    return found
+
+
+def register_platform_fetchers(registry: Any, settings: Settings) -> None:
+    """`registry.register(platform, fetcher)` for each (workers.agent.media.Fetchers)."""
+    for platform, fetcher in platform_fetchers(settings).items():
+        registry.register(platform, fetcher)

@@ -1,0 +1,135 @@
+"""Which sender serves which platform; adding a platform adds one entry here."""
+
+from __future__ import annotations
+
+import logging
+import time
+from functools import partial
+from typing import Any
+
+from shared.settings import Settings
+from shared.store import chats
+from shared.store.engine import connect
+from workers.delivery.base import Sender
+from workers.delivery.cli import CliSender
+from workers.delivery.progress import LocalProgress, Progress, RedisProgress, namespace
+from workers.delivery.ratelimit import Limiter, LocalLimiter, RedisLimiter
+from workers.delivery.redact import install_redaction
+
+log = logging.getLogger(__name__)
+
+
+class UnknownPlatform(LookupError):
+    pass
+
+
+class SenderRegistry:
+    def __init__(self, senders: list[Sender] | None = None) -> None:
+        self._senders: dict[str, Sender] = {}
+        for sender in senders or []:
+            self.add(sender)
+
+    def add(self, sender: Sender) -> None:
+        self._senders[sender.platform] = sender
+
+    def get(self, platform: str) -> Sender:
+        try:
+            return self._senders[platform]
+        except KeyError:
+            raise UnknownPlatform(f"no sender for platform {platform!r}") from None
+
+    def platforms(self) -> list[str]:
+        return sorted(self._senders)
+
+    def close(self) -> None:
+        """Stop what the senders hold (event loops, HTTP pools); call once the process is done."""
+        for sender in self._senders.values():
+            closer = getattr(sender, "close", None)
+            if callable(closer):
+                closer()
+
+
+def _secrets(settings: Settings) -> list[str]:
+    found = []
+    for name in ("telegram", "slack", "discord"):
+        platform = getattr(settings.platforms, name)
+        for field in ("token", "webhook_secret", "signing_secret", "app_token"):
+            value = getattr(platform, field, None)
+            if value is not None:
+                found.append(value.get_secret_value())
+    return found
+
+
+def build_senders(settings: Settings, redis_client: Any | None) -> SenderRegistry:
+    """Every platform this process can deliver to: the terminal always, others with credentials.
+
+    Rate limits and split-reply progress live in `redis_client` (the broker) so every worker
+    shares them; without one (a broker that is not Redis) they are per process, and say so.
+    """
+    registry = SenderRegistry([CliSender(redis_client)])
+    platforms = settings.platforms
+    configured = [
+        name
+        for name in ("telegram", "slack", "discord")
+        if getattr(platforms, name).enabled and getattr(platforms, name).token is not None
+    ]
+    if not configured:
+        return registry
+    install_redaction(_secrets(settings))
+    if redis_client is None:
+        log.warning("no Redis broker: rate limits and reply progress are per worker process")
+    limiter: Limiter = RedisLimiter(redis_client) if redis_client is not None else LocalLimiter()
+    url = settings.resolved_database_url
+
+    def progress(platform: str) -> Progress:
+        if redis_client is None:
+            return LocalProgress()
+        return RedisProgress(redis_client, url, platform)
+
+    for name in configured:
+        registry.add(_build(name, settings, limiter, progress(name)))
+    return registry
+
+
+def _build(name: str, settings: Settings, limiter: Limiter, progress: Progress) -> Sender:
+    platform = getattr(settings.platforms, name)
+    token = platform.token.get_secret_value()
+    api_base = platform.api_base or ""
+    if name == "telegram":
+        from workers.delivery.telegram import TelegramSender
+
+        return TelegramSender(
+            token=token,
+            api_base=api_base,
+            limiter=limiter,
+            progress=progress,
+            migrate=partial(_migrate_chat, settings.resolved_database_url, "telegram"),
+        )
+    if name == "slack":
+        from workers.delivery.slack import SlackSender
+
+        return SlackSender(token=token, api_base=api_base, limiter=limiter, progress=progress)
+    from workers.delivery.discord import DiscordSender
+
+    return DiscordSender(
+        token=token,
+        api_base=api_base,
+        limiter=limiter,
+        progress=progress,
+        nonce_prefix=namespace(settings.resolved_database_url)[:6],
+    )
+
+
+def _migrate_chat(database_url: str, platform: str, old: str, new: str) -> None:
+    """A chat changed id (seen while sending): update state.db in a short unit of work of its own.
+
+    Rare (once per migrated group), so it opens its own connection rather than threading the
+    worker's store through every sender.
+    """
+    store = connect(database_url)
+    try:
+        with store.write() as conn:
+            moved = chats.migrate_chat(conn, platform, old, new, time.time())
+        log.info("migrated %s chat %s → %s: %s", platform, old, new, moved)
+    finally:
+        store.close()

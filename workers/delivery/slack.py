@@ -1,0 +1,123 @@
+"""Slack sender: `slack_sdk.WebClient.chat_postMessage`, split at 4,000 characters.
+
+Slack accepts up to 40,000 characters but asks for at most 4,000 per message (longer ones are
+hard to read and may be truncated in places), so parts are 4,000 characters, split at
+paragraphs, lines or words. `&`, `<` and `>` are escaped as Slack's formatting requires, so the
+agent's text cannot turn into mentions or links. Replies to a thread go to that thread
+(`thread_ts`). Limits: about 1 message/s per channel (bursts of 3), shared across the fleet;
+a 429's Retry-After cools the channel down for every worker. Errors that will never succeed
+(channel not found, not in channel, archived, user gone, revoked token) → Undeliverable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.store.outbox import OutboxRow
+from workers.delivery.base import RetryLater, Sent, Undeliverable
+from workers.delivery.progress import Progress
+from workers.delivery.ratelimit import Bucket, Limiter, bot_key
+from workers.delivery.split import SLACK_LIMIT, split_text
+
+PER_CHANNEL = (1.0, 3.0)
+PER_WORKSPACE = (20.0, 40.0)
+TIMEOUT = 30
+
+FATAL = frozenset(
+    {
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "user_not_found",
+        "user_disabled",
+        "account_inactive",
+        "invalid_auth",
+        "not_authed",
+        "token_revoked",
+        "cannot_dm_bot",
+        "restricted_action",
+        "msg_too_long",
+        "no_text",
+    }
+)
+
+
+class SendFailed(Exception):
+    """A transient failure (connection dropped, 5xx); the flush retries with backoff."""
+
+
+def escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class SlackSender:
+    platform = "slack"
+
+    def __init__(self, *, token: str, api_base: str, limiter: Limiter, progress: Progress) -> None:
+        from slack_sdk import WebClient
+
+        self._token = token
+        # No SDK retries: a retried POST can post twice; the flush owns retrying.
+        self._client: Any = WebClient(
+            token=token, base_url=api_base, timeout=TIMEOUT, retry_handlers=[]
+        )
+        self._limiter = limiter
+        self._progress = progress
+        self._keys = bot_key("slack", token)
+
+    def buckets(self, channel: str) -> list[Bucket]:
+        return [
+            Bucket(f"{self._keys}:chat:{channel}", *PER_CHANNEL),
+            Bucket(f"{self._keys}:bot", *PER_WORKSPACE),
+        ]
+
+    def cooldowns(self, channel: str) -> list[str]:
+        return [f"{self._keys}:cool:chat:{channel}", f"{self._keys}:cool:bot"]
+
+    def send(self, row: OutboxRow) -> Sent:
+        parts = split_text(row.text, SLACK_LIMIT)
+        done = self._progress.sent_parts(row.id)
+        for index in range(len(done), len(parts)):
+            wait = self._limiter.acquire(
+                self.buckets(row.chat_id), self.cooldowns(row.chat_id), want=len(parts) - index
+            )
+            if wait > 0:
+                raise RetryLater(wait, f"slack rate limit for channel {row.chat_id}")
+            ts = self._post(row, parts[index])
+            self._progress.part_sent(row.id, ts)
+            done.append(ts)
+        return Sent(",".join(done) if done else None)
+
+    def _post(self, row: OutboxRow, text: str) -> str:
+        from slack_sdk.errors import SlackApiError
+
+        try:
+            response = self._client.chat_postMessage(
+                channel=row.chat_id, text=escape(text), thread_ts=row.thread_id or None
+            )
+        except SlackApiError as exc:
+            raise self._map(row, exc) from None
+        except Exception as exc:  # urllib: connection refused/reset, incomplete read, timeout
+            message = str(exc).replace(self._token, "***")
+            raise SendFailed(f"slack: {type(exc).__name__}: {message}") from None
+        return str(response.get("ts") or "")
+
+    def _map(self, row: OutboxRow, exc: Any) -> Exception:
+        response = exc.response
+        status = int(getattr(response, "status_code", 0) or 0)
+        error = str((response.data or {}).get("error", "")) if hasattr(response, "data") else ""
+        if status == 429 or error == "ratelimited":
+            headers = getattr(response, "headers", {}) or {}
+            wait = _seconds(headers.get("Retry-After") or headers.get("retry-after"), 1.0)
+            self._limiter.cool_down(self.cooldowns(row.chat_id)[0], wait)
+            return RetryLater(wait, f"slack 429: retry after {wait:g} s")
+        if status in (401, 403, 404) or error in FATAL:
+            return Undeliverable(f"slack {status or ''} {error or 'refused'}".strip())
+        return SendFailed(f"slack {status}: {error or 'error'}")
+
+
+def _seconds(value: Any, default: float) -> float:
+    try:
+        return max(0.0, float(value))
+    except (TypeError, ValueError):
+        return default

@@ -1,0 +1,220 @@
+"""Telegram sender: python-telegram-bot's `Bot` as the client, driven from worker threads.
+
+- One event loop per worker process (workers/delivery/aioloop.py) runs the Bot's coroutines.
+- Long replies are split at 4096 UTF-16 code units; parts go out in order, resumed (not
+  repeated) on a retry (workers/delivery/progress.py).
+- Limits (Telegram's flood rules): about 1 message/s per chat, 20/min per group, 30/s for the
+  bot, as shared token buckets (workers/delivery/ratelimit.py). A 429's retry_after becomes a
+  cooldown on that chat for every worker, and RetryLater for this one.
+- 403 (the user blocked the bot, or it was removed from the group) → Undeliverable; a 400 with
+  migrate_to_chat_id (the group became a supergroup) → the stored chat id is updated and the
+  part is sent to the new id; network trouble → a plain exception (the flush backs off).
+- Forum topics get `message_thread_id`; in groups the first part replies to the user's message.
+- The token is in every Bot API URL: nothing here logs a URL, and error text is redacted.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from shared.store.outbox import OutboxRow
+from workers.delivery.aioloop import LoopThread
+from workers.delivery.base import RetryLater, Sent, Undeliverable
+from workers.delivery.progress import Progress
+from workers.delivery.ratelimit import Bucket, Limiter, bot_key
+from workers.delivery.split import TELEGRAM_LIMIT, split_text, utf16_units
+
+log = logging.getLogger(__name__)
+
+PER_CHAT = (1.0, 3.0)  # tokens/s, burst
+PER_GROUP = (20 / 60, 20.0)
+PER_BOT = (30.0, 30.0)
+TIMEOUT = 30.0
+
+Migrate = Callable[[str, str], None]
+
+
+class SendFailed(Exception):
+    """A transient failure, with the token already removed from the message."""
+
+
+def _chat_arg(chat_id: str) -> int | str:
+    try:
+        return int(chat_id)
+    except ValueError:
+        return chat_id  # @channelusername
+
+
+def quiet_retry_after_warning() -> None:
+    """PTB 22 warns whenever it builds a RetryAfter (about a future type of `retry_after`).
+
+    We read the timedelta it keeps and never the deprecated int, so the warning says nothing
+    to us; ignore just that one (process-wide, like the logger levels set for redaction).
+    """
+    from telegram.warnings import PTBDeprecationWarning
+
+    warnings.filterwarnings(
+        "ignore", message=r".*`retry_after` will be of type", category=PTBDeprecationWarning
+    )
+
+
+def retry_after_seconds(exc: Any) -> float:
+    """RetryAfter's wait in seconds (read without tripping PTB's int→timedelta warning)."""
+    value = getattr(exc, "_retry_after", None)  # a timedelta since 22.2
+    if value is None:
+        value = getattr(exc, "retry_after", None)  # an int before 22.2 (no warning there)
+    if isinstance(value, timedelta):
+        return max(0.0, value.total_seconds())
+    if isinstance(value, int | float):
+        return max(0.0, float(value))
+    return 1.0
+
+
+class TelegramSender:
+    platform = "telegram"
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        api_base: str,
+        limiter: Limiter,
+        progress: Progress,
+        migrate: Migrate | None = None,
+        loop: LoopThread | None = None,
+        timeout: float = TIMEOUT,
+    ) -> None:
+        self._token = token
+        self._api_base = api_base
+        self._limiter = limiter
+        self._progress = progress
+        self._migrate = migrate
+        self._timeout = timeout
+        self._loop = loop or LoopThread("hermes-telegram")
+        self._loop.on_new_loop(self._forget_bot)
+        self._bot: Any | None = None
+        self._requests: list[Any] = []
+        self._moved: dict[str, str] = {}
+        self._keys = bot_key("telegram", token)
+        quiet_retry_after_warning()
+
+    def _forget_bot(self) -> None:
+        self._bot, self._requests = None, []
+
+    def _get_bot(self) -> Any:
+        if self._bot is None:
+            from telegram import Bot
+            from telegram.request import HTTPXRequest
+
+            self._requests = [
+                HTTPXRequest(
+                    connection_pool_size=64,
+                    read_timeout=self._timeout,
+                    write_timeout=self._timeout,
+                    connect_timeout=10.0,
+                    pool_timeout=self._timeout,
+                ),
+                HTTPXRequest(connection_pool_size=1),
+            ]
+            self._bot = Bot(
+                self._token,
+                base_url=self._api_base,
+                request=self._requests[0],
+                get_updates_request=self._requests[1],
+            )
+        return self._bot
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._token, "***")
+
+    def buckets(self, chat_id: str) -> list[Bucket]:
+        found = [
+            Bucket(f"{self._keys}:chat:{chat_id}", *PER_CHAT),
+            Bucket(f"{self._keys}:bot", *PER_BOT),
+        ]
+        if chat_id.startswith("-"):
+            found.insert(1, Bucket(f"{self._keys}:group:{chat_id}", *PER_GROUP))
+        return found
+
+    def cooldowns(self, chat_id: str) -> list[str]:
+        return [f"{self._keys}:cool:chat:{chat_id}", f"{self._keys}:cool:bot"]
+
+    def send(self, row: OutboxRow) -> Sent:
+        parts = split_text(row.text, TELEGRAM_LIMIT, utf16_units)
+        done = self._progress.sent_parts(row.id)
+        chat_id = self._moved.get(row.chat_id, row.chat_id)
+        for index in range(len(done), len(parts)):
+            wait = self._limiter.acquire(
+                self.buckets(chat_id), self.cooldowns(chat_id), want=len(parts) - index
+            )
+            if wait > 0:
+                raise RetryLater(wait, f"telegram rate limit for chat {chat_id}")
+            message_id, chat_id = self._send_part(row, chat_id, parts[index], first=index == 0)
+            self._progress.part_sent(row.id, message_id)
+            done.append(message_id)
+        return Sent(",".join(done) if done else None)
+
+    def _send_part(
+        self, row: OutboxRow, chat_id: str, text: str, *, first: bool
+    ) -> tuple[str, str]:
+        """Send one part; returns (message id, chat id it went to — new after a migration)."""
+        from telegram.error import (
+            BadRequest,
+            ChatMigrated,
+            Forbidden,
+            RetryAfter,
+            TelegramError,
+        )
+
+        try:
+            return self._call(row, chat_id, text, first=first), chat_id
+        except ChatMigrated as exc:
+            new_id = str(exc.new_chat_id)
+            log.info("telegram chat %s migrated to %s", chat_id, new_id)
+            self._moved[row.chat_id] = new_id
+            if self._migrate is not None:
+                self._migrate(row.chat_id, new_id)
+            return self._call(row, new_id, text, first=first), new_id
+        except RetryAfter as exc:
+            wait = retry_after_seconds(exc)
+            self._limiter.cool_down(self.cooldowns(chat_id)[0], wait)
+            raise RetryLater(wait, f"telegram 429: retry after {wait:g} s") from None
+        except Forbidden as exc:
+            raise Undeliverable(f"telegram 403: {self._redact(str(exc))}") from None
+        except BadRequest as exc:
+            raise Undeliverable(f"telegram 400: {self._redact(str(exc))}") from None
+        except (TelegramError, OSError, TimeoutError) as exc:
+            raise SendFailed(f"telegram: {type(exc).__name__}: {self._redact(str(exc))}") from None
+
+    def _call(self, row: OutboxRow, chat_id: str, text: str, *, first: bool) -> str:
+        from telegram import ReplyParameters
+
+        kwargs: dict[str, Any] = {}
+        if row.thread_id:
+            kwargs["message_thread_id"] = int(row.thread_id)
+        if first and row.reply_to and chat_id.startswith("-"):
+            kwargs["reply_parameters"] = ReplyParameters(
+                message_id=int(row.reply_to), allow_sending_without_reply=True
+            )
+
+        async def go() -> Any:
+            return await self._get_bot().send_message(
+                chat_id=_chat_arg(chat_id), text=text, **kwargs
+            )
+
+        message = self._loop.run(go, self._timeout + 5)
+        return str(message.message_id)
+
+    def close(self) -> None:
+        requests = list(self._requests)
+
+        async def shutdown() -> None:
+            for request in requests:
+                await request.shutdown()
+
+        self._loop.close(shutdown)
+        self._forget_bot()

@@ -1,0 +1,99 @@
+"""One thread per worker process keeps every held session lease alive while models think."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from shared.ports import Clock
+from shared.store import Store
+from shared.store import leases as lease_rows
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Held:
+    lease: lease_rows.Lease
+    started_at: float
+    lost: bool = False
+    stop: bool = False
+
+    def should_stop(self) -> bool:
+        return self.lost or self.stop
+
+
+class Renewer:
+    """Extends held leases every `interval` seconds in one transaction; flags lost ones."""
+
+    def __init__(self, store: Store, clock: Clock, ttl: float, interval: float | None = None):
+        self._store = store
+        self._clock = clock
+        self._ttl = ttl
+        self._interval = interval if interval is not None else min(ttl / 3, 1.0)
+        self._held: set[Held] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def hold(self, lease: lease_rows.Lease, started_at: float) -> Iterator[Held]:
+        held = Held(lease, started_at)
+        with self._lock:
+            self._held.add(held)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="hermes-lease-renewer", daemon=True
+                )
+                self._thread.start()
+        try:
+            yield held
+        finally:
+            with self._lock:
+                self._held.discard(held)
+
+    def restart_clock(self, held: Held, started_at: float) -> None:
+        """A new turn under the same lease: only stop requests after it started count."""
+        held.started_at = started_at
+        held.stop = False
+
+    def _run(self) -> None:
+        while not self._stopped:
+            self._wake.wait(self._interval)
+            if self._stopped:
+                return
+            try:
+                self.renew_all()
+            except Exception:  # keep renewing; a failed round is retried next interval
+                log.exception("lease renewal round failed")
+
+    def renew_all(self) -> None:
+        with self._lock:
+            snapshot = list(self._held)
+        if not snapshot:
+            return
+        with self._store.write() as conn:
+            now = self._clock()
+            for held in snapshot:
+                try:
+                    lease_rows.check_route(conn, held.lease, now, self._ttl)
+                except lease_rows.LeaseLost:
+                    if not held.lost:
+                        log.warning(
+                            "lost lease on %s (fence %s)", held.lease.name, held.lease.fence
+                        )
+                    held.lost = True
+                    continue
+                asked = lease_rows.stop_requested_at(conn, held.lease.name)
+                if asked is not None and asked >= held.started_at:
+                    held.stop = True
+
+    def close(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,102 @@
+"""Per-process resources of a worker, built lazily in the process that uses them (after fork)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.ports import Clock, Waker
+from shared.settings import Settings
+from shared.store import Store, open_store
+from workers.agent.base import Agent
+from workers.agent.factory import build_agent
+from workers.delivery.registry import SenderRegistry, build_senders
+from workers.renewer import Renewer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: Store
+    agent: Agent
+    senders: SenderRegistry
+    waker: Waker
+    clock: Clock
+    renewer: Renewer
+    redis: Any | None = None
+
+    @property
+    def lease_ttl(self) -> float:
+        return self.settings.pipeline.lease_seconds
+
+    def holder(self) -> str:
+        return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+    def now_datetime(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), UTC)
+
+    def close(self) -> None:
+        self.renewer.close()
+        self.senders.close()
+        self.store.close()
+        if self.redis is not None:
+            self.redis.close()
+
+
+def broker_redis(settings: Settings) -> Any | None:
+    """A Redis client on the broker (for terminal pings), or None when the broker is not Redis."""
+    import redis
+
+    url = settings.resolved_broker_url
+    if url.startswith("redis+socket://"):
+        return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
+    if url.startswith(("redis://", "rediss://")):
+        return redis.Redis.from_url(url)
+    return None
+
+
+def build_runtime(settings: Settings, waker: Waker, *, clock: Clock = time.time) -> Runtime:
+    store = open_store(settings.resolved_database_url)
+    client = broker_redis(settings)
+    return Runtime(
+        settings=settings,
+        store=store,
+        agent=build_agent(settings, store),
+        senders=build_senders(settings, client),
+        waker=waker,
+        clock=clock,
+        renewer=Renewer(store, clock, settings.pipeline.lease_seconds),
+        redis=client,
+    )
+
+
+class RuntimeHolder:
+    """One Runtime per process: built on first use, rebuilt if the process forked since."""
+
+    def __init__(self, settings: Settings, waker: Waker) -> None:
+        self._settings = settings
+        self._waker = waker
+        self._runtime: Runtime | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def get(self) -> Runtime:
+        if self._runtime is None or self._pid != os.getpid():
+            with self._lock:
+                if self._runtime is None or self._pid != os.getpid():
+                    self._runtime = build_runtime(self._settings, self._waker)
+                    self._pid = os.getpid()
+        return self._runtime
+
+    def close(self) -> None:
+        if self._runtime is not None and self._pid == os.getpid():
+            self._runtime.close()
+        self._runtime = None

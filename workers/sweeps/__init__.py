@@ -1,0 +1,1 @@
+"""The scheduled sweeps: thin glue between the rules in shared.maintenance and the store."""
