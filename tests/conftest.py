@@ -8,11 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from shared.settings import Settings, load_settings
 from shared.store import Store, open_store
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+# No example database written into the checkout, and no per-example deadline: tests never
+# assert on timing (a slow CI machine must not turn into a failure).
+hypothesis_settings.register_profile("hermes", database=None, deadline=None)
+hypothesis_settings.load_profile("hermes")
 
 
 def service_or_skip(name: str, host: str, port: int) -> None:

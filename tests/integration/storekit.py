@@ -1,0 +1,95 @@
+"""Helpers for tests on real state.db files: raw SQLite access, FTS probes, counter checks."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from sqlalchemy import Connection, text
+
+from shared.store import Store
+from shared.store.engine import connect
+from shared.store.messages import append_message
+from shared.store.migrate import alembic_config
+from shared.store.sessions import create_session
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+@contextmanager
+def raw(path: Path, *, timeout: float = 5.0) -> Iterator[sqlite3.Connection]:
+    """A plain sqlite3 connection in autocommit mode, closed afterwards."""
+    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def fts_ids(conn: Connection, query: str) -> set[int]:
+    rows = conn.execute(
+        text("SELECT rowid FROM messages_fts WHERE messages_fts MATCH :q"), {"q": query}
+    )
+    return {int(row[0]) for row in rows}
+
+
+def fts_integrity_check(conn: Connection) -> None:
+    """FTS5's own check of the index against its content (raises when they disagree)."""
+    conn.execute(text("INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)"))
+
+
+def counter_drift(conn: Connection) -> list[str]:
+    """Every way the trigger-kept counters differ from COUNT(*); empty when exact."""
+    problems: list[str] = []
+    drift = conn.execute(
+        text(
+            "SELECT s.id, s.message_count, (SELECT COUNT(*) FROM messages m"
+            " WHERE m.session_id = s.id) AS actual FROM sessions s"
+            " WHERE s.message_count != actual"
+        )
+    ).all()
+    problems += [f"session {r[0]}: message_count {r[1]} != {r[2]}" for r in drift]
+    kept = {
+        row[0]: (row[1], row[2])
+        for row in conn.execute(text("SELECT source, sessions, messages FROM source_stats"))
+    }
+    actual = {
+        row[0]: (row[1], row[2])
+        for row in conn.execute(
+            text(
+                "SELECT s.source, COUNT(DISTINCT s.id), COUNT(m.id) FROM sessions s"
+                " LEFT JOIN messages m ON m.session_id = s.id GROUP BY s.source"
+            )
+        )
+    }
+    for source in kept.keys() | actual.keys():
+        have = kept.get(source, (0, 0))
+        want = actual.get(source, (0, 0))
+        if have != want:
+            problems.append(f"source_stats[{source}] = {have}, COUNT(*) says {want}")
+    return problems
+
+
+def make_db_at(path: Path, revision: str) -> None:
+    """A state.db at an older schema revision, made the way an older hermes-fleet made it."""
+    store = connect(sqlite_url(path))
+    try:
+        with store.write() as conn:
+            command.upgrade(alembic_config(conn), revision)
+    finally:
+        store.close()
+
+
+def fill(store: Store, sessions: int = 3, messages: int = 4, *, prefix: str = "s") -> None:
+    with store.write() as conn:
+        for i in range(sessions):
+            sid = f"{prefix}{i:03d}"
+            create_session(conn, session_id=sid, source="cli", now=1000.0 + i, title=f"{sid} t")
+            for j in range(messages):
+                role = "user" if j % 2 == 0 else "assistant"
+                append_message(conn, sid, role, f"{sid} message {j}", now=1000.0 + i + j)

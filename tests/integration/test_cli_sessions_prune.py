@@ -1,0 +1,182 @@
+"""`hermes sessions prune`: ended sessions only, source filter, what it shows, space reclaimed."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import pytest
+
+from producers.cli import prune
+from producers.cli.prune import PRUNE_BATCH
+from shared.settings import Settings
+from shared.store import Store
+from shared.store.sessions import get_session, prune_batch, stats
+from tests.integration.test_cli_sessions_support import (
+    DAY,
+    NOW,
+    Msg,
+    Seed,
+    hermes,
+    invoke,
+    message_total,
+    seed,
+    session_ids,
+)
+
+OLD_ENDED = "20250101_000000_aaaaaa"
+OLD_ENDED_SLACK = "20250102_000000_bbbbbbbb"
+RECENT_ENDED = "20250601_000000_cccccc"
+OLD_LIVE = "20241201_000000_dddddd"
+
+
+@pytest.fixture
+def mixed(store: Store) -> Store:
+    seed(
+        store,
+        Seed(
+            OLD_ENDED,
+            title="old chat",
+            started=NOW - 200 * DAY,
+            ended=NOW - 150 * DAY,
+            messages=[Msg("user", "a"), Msg("assistant", "b")],
+        ),
+        Seed(
+            OLD_ENDED_SLACK,
+            source="slack",
+            title="slack thread",
+            started=NOW - 120 * DAY,
+            ended=NOW - 100 * DAY,
+            messages=[Msg("user", "c")],
+        ),
+        Seed(RECENT_ENDED, started=NOW - 20 * DAY, ended=NOW - 10 * DAY),
+        # Started long ago and never ended: live, whatever its age.
+        Seed(OLD_LIVE, started=NOW - 365 * DAY),
+        Seed("20250615_000000_eeeeee", parent=OLD_ENDED, started=NOW - 140 * DAY),
+    )
+    return store
+
+
+def date(ts: float) -> str:
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d")
+
+
+def test_prune_deletes_only_ended_sessions_past_the_cutoff(
+    settings: Settings, mixed: Store
+) -> None:
+    result = invoke(settings, ["sessions", "prune", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "Deleted 2 sessions (3 messages)." in result.output
+    assert session_ids(mixed) == [OLD_LIVE, RECENT_ENDED, "20250615_000000_eeeeee"]
+    with mixed.read() as conn:
+        orphan = get_session(conn, "20250615_000000_eeeeee")
+        totals = stats(conn)
+    assert orphan is not None and orphan.parent_session_id is None
+    assert (totals.sessions, totals.messages) == (3, 3)
+    assert message_total(mixed) == 3
+
+
+def test_prune_older_than_and_source(settings: Settings, mixed: Store) -> None:
+    result = invoke(settings, ["sessions", "prune", "--source", "slack", "--yes"])
+    assert "Deleted 1 session (1 message)." in result.output
+    assert OLD_ENDED in session_ids(mixed) and OLD_ENDED_SLACK not in session_ids(mixed)
+    invoke(settings, ["sessions", "prune", "--older-than", "5", "--yes"])
+    assert session_ids(mixed) == [OLD_LIVE, "20250615_000000_eeeeee"]
+
+
+def test_prune_shows_what_it_will_delete_and_a_no_keeps_everything(
+    settings: Settings, mixed: Store
+) -> None:
+    result = invoke(settings, ["sessions", "prune"], input="n\n")
+    assert result.exit_code == 1
+    shown = (
+        f"Will delete 2 ended sessions (3 messages), ended {date(NOW - 150 * DAY)} … "
+        f'{date(NOW - 100 * DAY)}, e.g. "slack thread", "old chat".'
+    )
+    assert shown in result.output
+    assert "Delete them? [y/N]" in result.output
+    assert "Aborted; nothing deleted." in result.output
+    assert len(session_ids(mixed)) == 5
+
+
+def test_prune_dry_run_deletes_nothing(settings: Settings, mixed: Store) -> None:
+    result = invoke(settings, ["sessions", "prune", "--dry-run", "--source", "cli"])
+    assert result.exit_code == 0
+    assert result.output.startswith(
+        f'Will delete 1 ended session (2 messages), ended {date(NOW - 150 * DAY)}, e.g. "old chat"'
+        " from cli."
+    )
+    assert "Dry run: nothing deleted." in result.output
+    assert len(session_ids(mixed)) == 5
+
+
+def test_prune_with_nothing_to_do(settings: Settings, mixed: Store) -> None:
+    result = invoke(settings, ["sessions", "prune", "--older-than", "1000", "--yes"])
+    assert result.exit_code == 0
+    assert result.output.strip() == "Nothing to prune: no sessions ended more than 1000 days ago."
+    assert "Reclaimed" not in result.output
+
+
+def test_prune_in_batches_reclaims_space(hermes_env: dict[str, str], store: Store) -> None:
+    count = PRUNE_BATCH + 37
+    text = "lorem ipsum dolor sit amet " * 80
+    seed(
+        store,
+        *(
+            Seed(
+                f"20250101_{i:06d}_abcdef",
+                started=NOW - 200 * DAY,
+                ended=NOW - 100 * DAY,
+                messages=[Msg("user", text), Msg("assistant", text)],
+            )
+            for i in range(count)
+        ),
+        Seed("20250615_000000_ffffff", messages=[Msg("user", "survivor")]),
+    )
+    done = hermes(hermes_env, "sessions", "prune", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert f"Deleted {count:,} sessions ({2 * count:,} messages)." in done.stdout
+    match = re.search(r"was .* \(([\d,]+) bytes\), now .* \(([\d,]+) bytes\)", done.stdout)
+    assert match, done.stdout
+    before, after = (int(group.replace(",", "")) for group in match.groups())
+    assert after < before / 2
+    assert done.stderr == ""  # no progress bar into a pipe
+    assert session_ids(store) == ["20250615_000000_ffffff"]
+    assert store.path is not None
+    on_disk = store.path.stat().st_size
+    wal = store.path.with_name(store.path.name + "-wal")
+    assert on_disk + (wal.stat().st_size if wal.exists() else 0) == after
+
+
+def test_prune_respects_vacuum_after_prune_false(hermes_env: dict[str, str], mixed: Store) -> None:
+    env = {**hermes_env, "HERMES_SESSIONS__VACUUM_AFTER_PRUNE": "false"}
+    done = hermes(env, "sessions", "prune", "--yes")
+    assert done.returncode == 0, done.stderr
+    # The script runs on the real clock: how many are old enough depends on today.
+    assert "Deleted " in done.stdout and "Reclaimed" not in done.stdout
+
+
+def test_a_failed_vacuum_still_reports_the_prune(
+    settings: Settings, mixed: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def locked(_store: Store) -> None:
+        raise prune.ReclaimError("database is locked")
+
+    monkeypatch.setattr(prune, "reclaim", locked)
+    result = invoke(settings, ["sessions", "prune", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "Deleted 2 sessions (3 messages)." in result.output
+    assert "Could not reclaim space now (database is locked)" in result.output
+    assert len(session_ids(mixed)) == 3
+
+
+def test_prune_batches_are_bounded_by_messages_too(mixed: Store) -> None:
+    cutoff = NOW - 90 * DAY
+    with mixed.write() as conn:
+        # The oldest (2 messages) always goes, even over the bound; the next would exceed it.
+        assert prune_batch(conn, ended_before=cutoff, max_messages=1) == (1, 2)
+    with mixed.write() as conn:
+        assert prune_batch(conn, ended_before=cutoff, max_messages=1) == (1, 1)
+    with mixed.write() as conn:
+        assert prune_batch(conn, ended_before=cutoff, max_messages=1) == (0, 0)
+    assert OLD_LIVE in session_ids(mixed) and RECENT_ENDED in session_ids(mixed)

@@ -1,0 +1,516 @@
+"""Session rows on a real state.db: titles, provenance, lineage, resolving arguments, counters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from sqlalchemy import Connection, text, update
+
+from shared.store import AmbiguousSession, SessionNotFound, Store, TitleInUse, open_store
+from shared.store import messages as message_rows
+from shared.store import sessions as session_rows
+from shared.store.schema import sessions
+from shared.titles import MAX_TITLE_CHARS, TitleError, TitleSource
+from tests.integration.storekit import counter_drift, fts_ids, fts_integrity_check, sqlite_url
+
+
+def new(conn: Connection, sid: str, *, now: float = 1.0, source: str = "cli", **kw: Any) -> str:
+    session_rows.create_session(conn, session_id=sid, source=source, now=now, **kw)
+    return sid
+
+
+def title_of(store: Store, sid: str) -> tuple[str | None, str | None]:
+    with store.read() as conn:
+        record = session_rows.require_session(conn, sid)
+    return record.title, record.title_source
+
+
+# --- creating, titling ---
+
+
+def test_create_and_read_back(store: Store) -> None:
+    with store.write() as conn:
+        record = session_rows.create_session(
+            conn,
+            session_id="20240101_000000_abcdef",
+            source="telegram",
+            now=42.0,
+            user_id="u1",
+            chat_id="c1",
+        )
+    assert record.started_at == record.last_active_at == 42.0
+    assert record.message_count == 0
+    with store.read() as conn:
+        assert session_rows.get_session(conn, record.id) == record
+        assert session_rows.get_session(conn, "nope") is None
+        with pytest.raises(SessionNotFound):
+            session_rows.require_session(conn, "nope")
+
+
+def test_title_is_cleaned_on_the_way_in(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a", title="  my\u200b  project\u202e\n")
+        new(conn, "b")
+        session_rows.set_title(conn, "b", "東京\t🎉\x07 notes")
+    assert title_of(store, "a") == ("my project", "user")
+    assert title_of(store, "b") == ("東京 🎉 notes", "user")
+
+
+@pytest.mark.parametrize("bad", ["x" * (MAX_TITLE_CHARS + 1), "\u200b\u200d", "   "])
+def test_invalid_title_changes_nothing(store: Store, bad: str) -> None:
+    with store.write() as conn:
+        new(conn, "a", title="kept")
+    with pytest.raises(TitleError), store.write() as conn:
+        session_rows.set_title(conn, "a", bad)
+    with pytest.raises(TitleError), store.write() as conn:
+        new(conn, "b", title=bad)
+    assert title_of(store, "a") == ("kept", "user")
+    with store.read() as conn:
+        assert session_rows.get_session(conn, "b") is None
+
+
+def test_title_of_exactly_the_limit_is_fine(store: Store) -> None:
+    title = "t" * MAX_TITLE_CHARS
+    with store.write() as conn:
+        new(conn, "a", title=title + "\u200b\u200b")
+    assert title_of(store, "a")[0] == title
+
+
+def test_duplicate_title_names_the_holder(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "20240101_000000_aaaaaa", title="Launch plan")
+        new(conn, "20240101_000001_bbbbbb")
+    with pytest.raises(TitleInUse, match="20240101_000000_aaaaaa") as caught, store.write() as conn:
+        session_rows.set_title(conn, "20240101_000001_bbbbbb", "Launch\u200b plan")
+    assert caught.value.holder == "20240101_000000_aaaaaa"
+    with pytest.raises(TitleInUse, match="20240101_000000_aaaaaa"), store.write() as conn:
+        new(conn, "20240101_000002_cccccc", title="Launch plan")
+    assert title_of(store, "20240101_000001_bbbbbb") == (None, None)
+
+
+def test_retitling_a_session_with_its_own_title_is_fine(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a", title="same")
+        assert session_rows.set_title(conn, "a", "same")
+    assert title_of(store, "a") == ("same", "user")
+
+
+def test_untitled_sessions_do_not_collide(store: Store) -> None:
+    with store.write() as conn:
+        for i in range(5):
+            new(conn, f"s{i}")
+        session_rows.set_title(conn, "s0", "x")
+        session_rows.set_title(conn, "s0", None)
+        session_rows.set_title(conn, "s1", "x")
+    assert title_of(store, "s0") == (None, None)
+    assert title_of(store, "s1") == ("x", "user")
+
+
+def test_a_freed_title_can_be_taken(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a", title="x")
+        session_rows.delete_session(conn, "a")
+        new(conn, "b", title="x")
+    assert title_of(store, "b") == ("x", "user")
+
+
+# --- provenance: derived < auto < user ---
+
+
+def test_auto_title_never_overwrites_a_user_title(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a", title="Mine")
+        assert not session_rows.set_title(conn, "a", "Model's idea", TitleSource.AUTO)
+        assert not session_rows.set_title(conn, "a", "Inherited #2", TitleSource.DERIVED)
+        assert not session_rows.set_title(conn, "a", None, TitleSource.AUTO)
+    assert title_of(store, "a") == ("Mine", "user")
+
+
+def test_derived_title_never_overwrites_an_auto_title(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a", title="Auto", title_source=TitleSource.AUTO)
+        assert not session_rows.set_title(conn, "a", "Derived", TitleSource.DERIVED)
+    assert title_of(store, "a") == ("Auto", "auto")
+
+
+def test_higher_or_equal_rank_overwrites(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a", title="first", title_source=TitleSource.DERIVED)
+        assert session_rows.set_title(conn, "a", "second", TitleSource.DERIVED)
+        assert session_rows.set_title(conn, "a", "third", TitleSource.AUTO)
+        assert session_rows.set_title(conn, "a", "fourth", TitleSource.AUTO)
+        assert session_rows.set_title(conn, "a", "fifth", TitleSource.USER)
+        assert session_rows.set_title(conn, "a", "sixth", TitleSource.USER)
+    assert title_of(store, "a") == ("sixth", "user")
+
+
+def test_auto_title_fills_an_untitled_session(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a")
+        assert session_rows.set_title(conn, "a", "Quarterly numbers", TitleSource.AUTO)
+    assert title_of(store, "a") == ("Quarterly numbers", "auto")
+
+
+def test_auto_title_may_follow_a_cleared_user_title(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a", title="Mine")
+        assert session_rows.set_title(conn, "a", None, TitleSource.USER)
+        assert session_rows.set_title(conn, "a", "Auto", TitleSource.AUTO)
+    assert title_of(store, "a") == ("Auto", "auto")
+
+
+# --- lineage: "x" -> "x #2" -> "x #3" ---
+
+
+def compress(conn: Connection, parent: str, child: str, now: float) -> str:
+    """What /compress does to titles: the continuation takes the next title of the lineage."""
+    record = session_rows.require_session(conn, parent)
+    assert record.title is not None
+    title = session_rows.continuation_title(conn, record.title)
+    new(
+        conn,
+        child,
+        now=now,
+        title=title,
+        title_source=TitleSource.DERIVED,
+        parent_session_id=parent,
+    )
+    return title
+
+
+def test_lineage_numbering(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "s1", now=1.0, title="my project")
+        assert compress(conn, "s1", "s2", 2.0) == "my project #2"
+        assert compress(conn, "s2", "s3", 3.0) == "my project #3"
+        assert compress(conn, "s1", "s4", 4.0) == "my project #4"  # branching from the root
+        assert session_rows.continuation_title(conn, "unrelated") == "unrelated #2"
+
+
+def test_lineage_ignores_lookalikes_and_wildcards(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a", title="100% done")
+        new(conn, "b", title="100x done #7")  # `%` must not match "x"
+        new(conn, "c", title="50_50")
+        new(conn, "d", title="50-50 #9")  # `_` must not match "-"
+        new(conn, "e", title="100% done #2 notes")
+        assert session_rows.continuation_title(conn, "100% done") == "100% done #2"
+        assert session_rows.continuation_title(conn, "50_50") == "50_50 #2"
+
+
+def test_numbering_a_title_at_the_limit(store: Store) -> None:
+    base = ("long title " * 10)[:MAX_TITLE_CHARS].strip()
+    base = base + "x" * (MAX_TITLE_CHARS - len(base))
+    assert len(base) == MAX_TITLE_CHARS
+    titles = [base]
+    with store.write() as conn:
+        new(conn, "s1", now=1.0, title=base)
+        for i in range(2, 13):
+            titles.append(compress(conn, f"s{i - 1}", f"s{i}", float(i)))
+    assert len(set(titles)) == len(titles)
+    for n, title in enumerate(titles[1:], start=2):
+        assert len(title) <= MAX_TITLE_CHARS
+        assert title.endswith(f" #{n}")
+    with store.read() as conn:
+        assert session_rows.resolve_session(conn, base).id == "s12"
+        assert session_rows.newest_in_lineage(conn, base) is not None
+        members = session_rows.lineage_titles(conn, base)
+    assert {m[0] for m in members} == set(titles)
+
+
+def test_resolve_by_title_picks_the_newest_of_the_lineage(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "20240101_000000_aaaaaa", now=1.0, title="my project")
+        compress(conn, "20240101_000000_aaaaaa", "20240101_000001_bbbbbb", 2.0)
+        compress(conn, "20240101_000001_bbbbbb", "20240101_000002_cccccc", 3.0)
+        new(conn, "20240101_000003_dddddd", now=9.0, title="my project notes")
+    with store.read() as conn:
+        for ref in ["my project", "my project #2", "  my\u200b project ", "MY PROJECT"]:
+            assert session_rows.resolve_session(conn, ref).id == "20240101_000002_cccccc", ref
+
+
+# --- resolving a session argument ---
+
+
+@pytest.fixture
+def ids(store: Store) -> Iterator[list[str]]:
+    made = [
+        "20240301_090000_a1b2c3",
+        "20240301_090000_a1ffff",
+        "20240302_100000_0badcafe",
+        "20240303_110000_123456",
+    ]
+    with store.write() as conn:
+        for i, sid in enumerate(made):
+            new(conn, sid, now=float(i))
+    yield made
+
+
+def test_exact_id(store: Store, ids: list[str]) -> None:
+    with store.read() as conn:
+        for sid in ids:
+            assert session_rows.resolve_session(conn, sid).id == sid
+        assert session_rows.resolve_session(conn, f"  {ids[0]}\n").id == ids[0]
+
+
+def test_unique_prefix(store: Store, ids: list[str]) -> None:
+    with store.read() as conn:
+        assert session_rows.resolve_session(conn, "20240302").id == ids[2]
+        assert session_rows.resolve_session(conn, "20240301_090000_a1b").id == ids[0]
+        assert session_rows.resolve_session(conn, "20240303_1").id == ids[3]
+
+
+def test_exact_id_beats_a_longer_id_it_prefixes(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "20240101_000000_abcdef")
+        new(conn, "20240101_000000_abcdef01")
+    with store.read() as conn:
+        assert session_rows.resolve_session(conn, "20240101_000000_abcdef").id == (
+            "20240101_000000_abcdef"
+        )
+
+
+def test_ambiguous_prefix_lists_the_candidates(store: Store, ids: list[str]) -> None:
+    with store.read() as conn, pytest.raises(AmbiguousSession) as caught:
+        session_rows.resolve_session(conn, "20240301_090000_a1")
+    error = caught.value
+    assert not isinstance(error, SessionNotFound)
+    assert set(error.candidates) == {ids[0], ids[1]}
+    assert ids[0] in str(error)
+    assert ids[1] in str(error)
+    assert "not found" not in str(error).lower()
+
+
+def test_many_candidates_are_counted(store: Store) -> None:
+    with store.write() as conn:
+        for i in range(9):
+            new(conn, f"20240401_12000{i}_abcdef")
+    with store.read() as conn, pytest.raises(AmbiguousSession) as caught:
+        session_rows.resolve_session(conn, "20240401")
+    assert "9 sessions" in str(caught.value)
+    assert "+4 more" in str(caught.value)
+    assert len(caught.value.candidates) == 5
+
+
+@pytest.mark.parametrize(
+    "ref", ["%", "_", "2024%", "%a1b2c3", "20240301_09000_", "________", "2024____", "\\"]
+)
+def test_like_wildcards_match_nothing(store: Store, ids: list[str], ref: str) -> None:
+    with store.read() as conn, pytest.raises(SessionNotFound):
+        session_rows.resolve_session(conn, ref)
+
+
+def test_prefix_comes_before_title(store: Store, ids: list[str]) -> None:
+    with store.write() as conn:
+        new(conn, "titled", now=99.0, title="20240302")
+    with store.read() as conn:
+        assert session_rows.resolve_session(conn, "20240302").id == ids[2]
+        assert session_rows.resolve_session(conn, "titled").id == "titled"
+
+
+def test_title_is_the_last_resort(store: Store, ids: list[str]) -> None:
+    with store.write() as conn:
+        session_rows.set_title(conn, ids[1], "Budget 2024")
+    with store.read() as conn:
+        assert session_rows.resolve_session(conn, "Budget 2024").id == ids[1]
+        with pytest.raises(SessionNotFound, match="Budget 2025"):
+            session_rows.resolve_session(conn, "Budget 2025")
+
+
+@pytest.mark.parametrize("ref", ["", "   ", "\u200b"])
+def test_empty_reference_is_not_found(store: Store, ids: list[str], ref: str) -> None:
+    with store.read() as conn, pytest.raises(SessionNotFound):
+        session_rows.resolve_session(conn, ref)
+
+
+# --- ending, deleting, listing ---
+
+
+def test_first_end_wins(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a")
+        assert session_rows.end_session(conn, "a", "user_exit", 10.0)
+        assert not session_rows.end_session(conn, "a", "idle", 20.0)
+        record = session_rows.require_session(conn, "a")
+    assert (record.ended_at, record.end_reason) == (10.0, "user_exit")
+
+
+def test_delete_cascades_and_unparents_continuations(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "parent", title="p")
+        new(conn, "child", parent_session_id="parent")
+        message_rows.append_message(conn, "parent", "user", "kumquat", now=2.0)
+        message_rows.append_message(conn, "child", "user", "persimmon", now=3.0)
+        assert session_rows.delete_session(conn, "parent")
+        assert not session_rows.delete_session(conn, "parent")
+    with store.read() as conn:
+        assert session_rows.get_session(conn, "parent") is None
+        child = session_rows.require_session(conn, "child")
+        assert child.parent_session_id is None
+        assert message_rows.transcript(conn, "parent") == []
+        assert [m.content for m in message_rows.transcript(conn, "child")] == ["persimmon"]
+        assert fts_ids(conn, "kumquat") == set()
+        assert counter_drift(conn) == []
+
+
+def test_append_to_a_missing_session_changes_nothing(store: Store) -> None:
+    with pytest.raises(SessionNotFound), store.write() as conn:
+        message_rows.append_message(conn, "ghost", "user", "boo", now=1.0)
+    with store.read() as conn:
+        assert conn.execute(text("SELECT COUNT(*) FROM messages")).scalar() == 0
+
+
+def test_append_bumps_activity_and_tokens(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a", now=5.0)
+        message_rows.append_message(conn, "a", "user", "hi", now=7.0, input_tokens=3)
+        message_rows.append_message(conn, "a", "assistant", "yo", now=6.0, output_tokens=4)
+        record = session_rows.require_session(conn, "a")
+    assert record.last_active_at == 7.0  # never moves backwards
+    assert (record.input_tokens, record.output_tokens, record.message_count) == (3, 4, 2)
+
+
+def test_listing_by_activity_with_source_filter_and_limit(store: Store) -> None:
+    with store.write() as conn:
+        for i, source in enumerate(["cli", "telegram", "cli", "slack", "cli"]):
+            new(conn, f"s{i}", now=float(i), source=source)
+        message_rows.append_message(conn, "s0", "user", "  wake\n me   up  ", now=100.0)
+        rows, more = session_rows.list_sessions(conn, limit=3)
+        assert [r.record.id for r in rows] == ["s0", "s4", "s3"]
+        assert more
+        assert rows[0].preview == "wake me up"
+        rows, more = session_rows.list_sessions(conn, source="cli", limit=10)
+        assert [r.record.id for r in rows] == ["s0", "s4", "s2"]
+        assert not more
+
+
+# --- counters stay exact ---
+
+SOURCES = ["cli", "telegram", "slack"]
+OPERATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "create",
+                "append",
+                "append",
+                "append",
+                "delete_message",
+                "delete_session",
+                "delete_many",
+                "change_source",
+                "end",
+                "append_null",
+            ]
+        ),
+        st.integers(min_value=0, max_value=10_000),
+        st.integers(min_value=0, max_value=10_000),
+    ),
+    max_size=60,
+)
+
+
+@pytest.fixture(scope="module")
+def counter_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    path: Path = tmp_path_factory.mktemp("counters") / "state.db"
+    opened = open_store(sqlite_url(path))
+    yield opened
+    opened.close()
+
+
+_run = iter(range(10**9))
+
+
+def apply(conn: Connection, op: str, a: int, b: int, live: list[str], run: int) -> None:
+    if op == "create" or not live:
+        sid = f"r{run}_{len(live)}_{a}"
+        new(conn, sid, source=SOURCES[a % 3])
+        live.append(sid)
+        return
+    sid = live[a % len(live)]
+    if op in {"append", "append_null"}:
+        content = None if op == "append_null" else f"word{b % 7}"
+        message_rows.append_message(conn, sid, ["user", "assistant", "tool"][b % 3], content, now=1)
+    elif op == "delete_message":
+        mid = conn.execute(
+            text("SELECT id FROM messages WHERE session_id = :s ORDER BY id LIMIT 1 OFFSET :o"),
+            {"s": sid, "o": b % 3},
+        ).scalar()
+        if mid is not None:
+            conn.execute(text("DELETE FROM messages WHERE id = :id"), {"id": mid})
+    elif op == "delete_session":
+        session_rows.delete_session(conn, sid)
+        live.remove(sid)
+    elif op == "delete_many":
+        doomed = live[a % len(live) :: 2]
+        session_rows.delete_sessions(conn, doomed)
+        live[:] = [s for s in live if s not in doomed]
+    elif op == "change_source":
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.id == sid)
+            .values(source=SOURCES[b % 3] + "x" * (b % 2))
+        )
+    elif op == "end":
+        session_rows.end_session(conn, sid, "idle", now=2.0)
+
+
+@hypothesis_settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(operations=OPERATIONS, per_transaction=st.integers(min_value=1, max_value=8))
+def test_counters_match_count_star(
+    counter_store: Store, operations: list[tuple[str, int, int]], per_transaction: int
+) -> None:
+    # The store is shared by every example: the invariants are global, so they must hold
+    # over whatever earlier examples left behind too.
+    run = next(_run)
+    live: list[str] = []
+    for start in range(0, len(operations), per_transaction):
+        with counter_store.write() as conn:
+            for op, a, b in operations[start : start + per_transaction]:
+                apply(conn, op, a, b, live, run)
+    with counter_store.read() as conn:
+        assert counter_drift(conn) == []
+        summary = session_rows.stats(conn)
+        assert summary.sessions == conn.execute(text("SELECT COUNT(*) FROM sessions")).scalar()
+        assert summary.messages == conn.execute(text("SELECT COUNT(*) FROM messages")).scalar()
+        negative = conn.execute(
+            text("SELECT COUNT(*) FROM source_stats WHERE sessions < 0 OR messages < 0")
+        ).scalar()
+        assert negative == 0
+        fts_integrity_check(conn)
+
+
+def test_counters_survive_a_rolled_back_transaction(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a")
+        message_rows.append_message(conn, "a", "user", "x", now=1.0)
+    with pytest.raises(RuntimeError), store.write() as conn:
+        message_rows.append_message(conn, "a", "user", "y", now=2.0)
+        session_rows.delete_session(conn, "a")
+        raise RuntimeError("abort")
+    with store.read() as conn:
+        assert counter_drift(conn) == []
+        assert session_rows.require_session(conn, "a").message_count == 1
+        assert session_rows.stats(conn).messages == 1
+
+
+def test_stats_by_source(store: Store) -> None:
+    with store.write() as conn:
+        new(conn, "a", source="cli")
+        new(conn, "b", source="telegram")
+        new(conn, "c", source="telegram")
+        for sid, count in [("a", 2), ("b", 1), ("c", 3)]:
+            for _ in range(count):
+                message_rows.append_message(conn, sid, "user", "m", now=1.0)
+        session_rows.delete_session(conn, "a")
+        summary = session_rows.stats(conn)
+    assert (summary.sessions, summary.messages) == (2, 4)
+    assert summary.by_source == [("telegram", 2, 4)]  # a source with no sessions is not listed
+    with store.read() as conn:
+        fts_integrity_check(conn)
