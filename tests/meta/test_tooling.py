@@ -24,6 +24,11 @@ def test_ruff_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_code_is_ruff_formatted() -> None:
+    result = run_tool("ruff", "format", "--check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_mypy_is_clean_and_strict_on_shared() -> None:
     result = run_tool("mypy", "shared", "workers", "producers", "beat_schedule.py")
     assert result.returncode == 0, result.stdout + result.stderr

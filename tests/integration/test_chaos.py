@@ -1,0 +1,264 @@
+"""Chaos: real Redis, real worker processes, SIGKILLs, a broker wipe, a paused lease holder
+and re-sent events — and afterwards every turn is in its transcript exactly once, in order.
+
+The second test runs the same checker against workers that drain without the lease, to show
+that the checker catches exactly the failure the lease prevents.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from producers.intake import accept
+from producers.wake import BrokerWaker, broker_client
+from shared.settings import Settings
+from shared.store import Store
+from tests.chaos import (
+    Fleet,
+    env_for,
+    lease_holder_pids,
+    open_turns,
+    opened,
+    unsafe_worker_command,
+    verify,
+    worker_command,
+)
+from tests.pipeline_helpers import turn
+
+LEASE = 2.0
+
+
+def _fleet(tmp_path: Path, hermes_env: dict[str, str], command: list[str]) -> Fleet:
+    home = tmp_path / "fleet"
+    home.mkdir()
+    env = env_for(
+        home,
+        hermes_env,
+        HERMES_PIPELINE__LEASE_SECONDS=str(LEASE),
+        HERMES_PIPELINE__REDRIVE_SECONDS="1",
+        HERMES_PIPELINE__RETRY_BACKOFF_SECONDS="0.2",
+        HERMES_MODEL__OFFLINE_LATENCY_MS="20",
+    )
+    return Fleet(home=home, env=env, worker_script=command)
+
+
+def _produce(
+    settings: Settings,
+    fleet: Fleet,
+    chats: list[str],
+    turns_each: int,
+    pace: float,
+    expected: dict[str, list[str]],
+    sent: list[tuple[str, int]],
+    lock: threading.Lock,
+) -> None:
+    store = opened(settings)
+    waker = BrokerWaker(broker_client(settings))
+    try:
+        for n in range(turns_each):
+            for chat in chats:
+                t = turn(n, chat, platform="telegram", text=f"{chat} turn {n:02d}")
+                accepted = accept(store, waker, t, settings=settings, clock=time.time)
+                with lock:
+                    expected.setdefault(accepted.session_key, []).append(t.text)
+                    sent.append((chat, n))
+                time.sleep(pace)
+    finally:
+        store.close()
+
+
+def _resend(settings: Settings, picks: list[tuple[str, int]]) -> int:
+    store = opened(settings)
+    waker = BrokerWaker(broker_client(settings))
+    duplicates = 0
+    try:
+        for chat, n in picks:
+            t = turn(n, chat, platform="telegram", text=f"{chat} turn {n:02d}")
+            duplicates += accept(store, waker, t, settings=settings, clock=time.time).duplicate
+    finally:
+        store.close()
+    return duplicates
+
+
+def _wait_done(settings: Settings, timeout: float) -> int:
+    store = opened(settings)
+    try:
+        deadline = time.monotonic() + timeout
+        while (left := open_turns(store)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return left
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_chaos_every_turn_exactly_once_in_order(tmp_path: Path, hermes_env: dict[str, str]) -> None:
+    fleet = _fleet(tmp_path, hermes_env, worker_command())
+    keys, turns_each = 220, 10
+    chats = [f"chat{i:03d}" for i in range(keys)]
+    expected: dict[str, list[str]] = {}
+    sent: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    rng = random.Random(7)
+    log: list[str] = []
+    try:
+        fleet.start_redis()
+        settings = fleet.settings()
+        opened(settings).close()  # schema at head before anyone races to create it
+        for _ in range(3):
+            fleet.start_worker(concurrency=8)
+        fleet.start_beat()
+        producers = [
+            threading.Thread(
+                target=_produce,
+                args=(settings, fleet, chats[i::4], turns_each, 0.004, expected, sent, lock),
+            )
+            for i in range(4)
+        ]
+        for thread in producers:
+            thread.start()
+        store = opened(settings)
+        time.sleep(2)
+        paused: set[int] = set()
+        in_flight: dict[str, int] = {}
+        for round_ in range(3):  # SIGKILL a worker three times, replacing it each time
+            victim = rng.choice([w for w in fleet.workers if w.pid not in paused])
+            fleet.kill_worker(victim)
+            fleet.start_worker(concurrency=8)
+            log.append(f"t{round_}: SIGKILL worker {victim.pid}")
+            if round_ == 0:
+                pid, in_flight = _pause_a_lease_holder(fleet, store, log)
+                paused.add(pid)
+            if round_ == 1:
+                fleet.redis().flushall()
+                log.append("FLUSHALL: every queued wake-up is gone")
+                with lock:
+                    picks = rng.sample(sent, len(sent) // 30)
+                log.append(f"re-sent {_resend(settings, picks)} events mid-run")
+            time.sleep(1.5)
+        for thread in producers:
+            thread.join(120)
+        picks = rng.sample(sent, len(sent) // 20)  # 5% more re-sent after the fact
+        duplicates = _resend(settings, picks)
+        log.append(f"re-sent {duplicates} events at the end")
+        left = _wait_done(settings, 240)
+        verdict = verify(store, expected)
+        store.close()
+        print("\n".join(log))
+        print(f"verdict: {verdict}")
+        assert left == 0, f"{left} turns never finished"
+        assert len(sent) == keys * turns_each
+        assert duplicates == len(picks)
+        assert verdict.ok, verdict.violations[:10]
+        assert verdict.messages == 2 * keys * turns_each
+        # Every session the paused worker was mid-turn on was taken over (its fence moved on),
+        # and the checks above show the paused worker's late writes landed nowhere.
+        after = _fences(fleet.home / "state.db", list(in_flight))
+        assert all(after[key] > fence for key, fence in in_flight.items()), (in_flight, after)
+    finally:
+        fleet.stop()
+
+
+def _write_lock_free(db: Path) -> bool:
+    """True if another connection can take SQLite's write lock within half a second."""
+    conn = sqlite3.connect(db, timeout=0.5, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()
+
+
+def _held_in_flight(db: Path, pid: int) -> dict[str, int]:
+    """Keys whose lease `pid` holds with a turn running under it: key → fence."""
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute(
+            "SELECT r.session_key, r.fence FROM routes r WHERE r.lease_holder LIKE ? AND EXISTS "
+            "(SELECT 1 FROM inbox i WHERE i.session_key = r.session_key AND i.status = 'running')",
+            (f"%:{pid}:%",),
+        ).fetchall()
+    finally:
+        conn.close()
+    return {str(key): int(fence) for key, fence in rows}
+
+
+def _fences(db: Path, keys: list[str]) -> dict[str, int]:
+    conn = sqlite3.connect(db)
+    try:
+        return {
+            key: int(
+                conn.execute("SELECT fence FROM routes WHERE session_key = ?", (key,)).fetchone()[0]
+            )
+            for key in keys
+        }
+    finally:
+        conn.close()
+
+
+def _pause_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> tuple[int, dict[str, int]]:
+    """SIGSTOP a worker that holds a session lease, past the lease, then resume it.
+
+    A process frozen inside a write transaction would stall every writer (that is SQLite),
+    so the pause is retried until it catches the holder between transactions.
+    """
+    ours = {proc.pid: proc for proc in fleet.workers}
+    db = fleet.home / "state.db"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        holders = [pid for pid in lease_holder_pids(store) if pid in ours]
+        if not holders:
+            time.sleep(0.02)
+            continue
+        victim = ours[holders[0]]
+        victim.send_signal(signal.SIGSTOP)
+        in_flight = _held_in_flight(db, victim.pid) if _write_lock_free(db) else {}
+        if not in_flight:
+            victim.send_signal(signal.SIGCONT)
+            time.sleep(0.05)
+            continue
+        log.append(f"SIGSTOP lease holder {victim.pid} (mid-turn on {len(in_flight)} sessions)")
+        time.sleep(LEASE * 2.5)
+        victim.send_signal(signal.SIGCONT)
+        log.append(f"SIGCONT {victim.pid}")
+        return victim.pid, in_flight
+    raise AssertionError("no worker held a lease to pause")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_chaos_checker_catches_a_drain_without_the_lease(
+    tmp_path: Path, hermes_env: dict[str, str]
+) -> None:
+    fleet = _fleet(tmp_path, hermes_env, unsafe_worker_command())
+    chats = [f"chat{i:03d}" for i in range(40)]
+    expected: dict[str, list[str]] = {}
+    sent: list[tuple[str, int]] = []
+    try:
+        fleet.start_redis()
+        settings = fleet.settings()
+        opened(settings).close()
+        for _ in range(2):
+            fleet.start_worker(concurrency=8)
+        _produce(settings, fleet, chats, 10, 0.0, expected, sent, threading.Lock())
+        _wait_done(settings, 120)
+        store = opened(settings)
+        verdict = verify(store, expected)
+        store.close()
+        print(
+            f"unsafe verdict: {len(verdict.violations)} violations, e.g. {verdict.violations[:3]}"
+        )
+        assert not verdict.ok, "a drain without the lease must break exactly-once or order"
+    finally:
+        fleet.stop()

@@ -1,0 +1,78 @@
+"""compose.yaml stays runnable: Docker is not here, so check its shape and its commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from producers.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _compose() -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def _resolve(argv: list[str]) -> click.Command:
+    """Walk `hermes a b ...` down the real command tree; fail if a step does not exist."""
+    ctx = click.Context(cli)
+    command: click.Command = cli
+    for word in argv:
+        if word.startswith("-") or not isinstance(command, click.Group):
+            break
+        found = command.get_command(ctx, word)
+        assert found is not None, f"`hermes {' '.join(argv)}`: no command {word!r}"
+        command = found
+    return command
+
+
+def test_every_hermes_service_runs_a_real_command() -> None:
+    services = _compose()["services"]
+    hermes_services = {n: s for n, s in services.items() if s.get("command", [""])[0] == "hermes"}
+    assert {"worker", "beat", "flower", "telegram", "slack", "discord"} <= set(hermes_services)
+    for name, service in hermes_services.items():
+        command = _resolve(service["command"][1:])
+        options = {opt for param in command.params for opt in getattr(param, "opts", [])}
+        for word in service["command"][1:]:
+            if word.startswith("--"):
+                assert word in options, f"{name}: `{word}` is not an option of its command"
+
+
+def test_redis_is_durable_and_never_evicts() -> None:
+    command = " ".join(_compose()["services"]["redis"]["command"])
+    assert "--appendonly yes" in command
+    assert "--maxmemory-policy noeviction" in command
+
+
+def test_exactly_one_beat_and_workers_scale() -> None:
+    services = _compose()["services"]
+    assert services["beat"]["deploy"]["replicas"] == 1
+    assert services["worker"]["deploy"]["replicas"] >= 1
+
+
+def test_postgres_is_a_profile_and_flower_has_basic_auth() -> None:
+    services = _compose()["services"]
+    assert services["postgres"]["profiles"] == ["postgres"]
+    assert "HERMES_FLOWER__BASIC_AUTH" in services["flower"]["environment"]
+
+
+def test_compose_variables_are_settings_the_readme_lists() -> None:
+    readme = (ROOT / "README.md").read_text()
+    services = _compose()["services"]
+    names = set(_compose()["x-hermes"]["environment"])
+    for service in services.values():
+        names |= set(service.get("environment") or {})
+    for name in sorted(names):
+        if not name.startswith("HERMES_"):
+            continue
+        key = name.removeprefix("HERMES_").lower().replace("__", ".")
+        generic = key.replace(".telegram.", ".<p>.").replace(".slack.", ".<p>.")
+        generic = generic.replace(".discord.", ".<p>.")
+        listed = f"`{key}`" in readme or f"`{generic}`" in readme
+        assert name == "HERMES_HOME" or listed, f"README does not list {key}"

@@ -1,0 +1,70 @@
+"""Building blocks for pipeline tests: a runtime on a real store with twin ports."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shared.ports import RecordingWaker
+from shared.settings import Settings
+from shared.store import Store
+from shared.turns import InboundTurn
+from workers.agent.base import AgentReply, AgentRequest, NewMessage
+from workers.agent.offline import OfflineAgent
+from workers.delivery.base import MemorySender
+from workers.delivery.registry import SenderRegistry
+from workers.renewer import Renewer
+from workers.runtime import Runtime
+
+
+def turn(
+    n: int, chat: str = "c1", *, platform: str = "cli", text: str | None = None, **extra: object
+) -> InboundTurn:
+    """Turn number `n` of a chat; keyword arguments override any InboundTurn field."""
+    values: dict[str, object] = {
+        "platform": platform,
+        "chat_id": chat,
+        "chat_type": "dm",
+        "event_id": f"{chat}-{n}",
+        "text": text if text is not None else f"message {n}",
+        "user_id": "u1",
+    }
+    values.update(extra)
+    return InboundTurn(**values)  # type: ignore[arg-type]
+
+
+@dataclass
+class ScriptedAgent:
+    """An Agent port twin: replies by a function of the request, can fail on demand."""
+
+    reply: Callable[[AgentRequest], str] = lambda r: f"reply to {r.turn.text}"
+    fail_on: frozenset[str] = frozenset()
+    calls: list[str] = field(default_factory=list)
+
+    def respond(self, request: AgentRequest) -> AgentReply:
+        self.calls.append(request.turn.text)
+        if request.turn.text in self.fail_on:
+            raise RuntimeError("model exploded")
+        text = self.reply(request)
+        return AgentReply(messages=[NewMessage("assistant", text)], replies=[text])
+
+
+def make_runtime(
+    settings: Settings,
+    store: Store,
+    agent: object | None = None,
+    clock: Callable[[], float] = time.time,
+) -> tuple[Runtime, RecordingWaker]:
+    waker = RecordingWaker()
+    senders = SenderRegistry([MemorySender("cli"), MemorySender("telegram")])
+    runtime = Runtime(
+        settings=settings,
+        store=store,
+        agent=agent or OfflineAgent(),  # type: ignore[arg-type]
+        senders=senders,
+        waker=waker,
+        clock=clock,
+        renewer=Renewer(store, clock, settings.pipeline.lease_seconds),
+    )
+    return runtime, waker
