@@ -1,0 +1,87 @@
+"""Telegram updates → turns, pinned by golden files of real Bot API payloads."""
+
+from __future__ import annotations
+
+import pytest
+
+from producers.telegram.translate import (
+    BadUpdate,
+    Ignored,
+    Migration,
+    bot_id_of,
+    migration,
+    translate,
+)
+from tests.fakes.golden import cases, check, load
+
+BOT = bot_id_of("123456789:AAFakeTokenForTests")
+
+
+@pytest.mark.parametrize("name", cases("telegram"))
+def test_golden(name: str) -> None:
+    payload, expected = load("telegram", name)
+    check(translate(payload, bot_id=BOT), expected)
+    if "migration" in expected:
+        assert migration(payload) == Migration(**expected["migration"])
+    if "same_event_as" in expected:
+        first, _ = load("telegram", expected["same_event_as"])
+        assert translate(first, bot_id=BOT) == translate(payload, bot_id=BOT)
+
+
+def test_the_golden_set_covers_the_issue() -> None:
+    wanted = {
+        "private",
+        "group",
+        "supergroup_reply",
+        "forum_topic",
+        "forum_general",
+        "edited_message",
+        "repeated_update_id",
+    }
+    assert wanted <= set(cases("telegram"))
+
+
+def test_event_ids_are_per_bot() -> None:
+    payload, _ = load("telegram", "private")
+    one = translate(payload, bot_id="111")
+    two = translate(payload, bot_id="222")
+    assert not isinstance(one, Ignored) and not isinstance(two, Ignored)
+    assert one.event_id != two.event_id
+
+
+def test_the_new_supergroup_side_of_a_migration_is_seen_too() -> None:
+    update = {
+        "update_id": 1,
+        "message": {
+            "message_id": 1,
+            "date": 0,
+            "chat": {"id": -1001112223334, "type": "supergroup", "title": "Book club"},
+            "migrate_from_chat_id": -4012345678,
+        },
+    }
+    assert migration(update) == Migration("-4012345678", "-1001112223334")
+    assert isinstance(translate(update, bot_id=BOT), Ignored)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [],
+        "update",
+        {},
+        {"update_id": "7"},
+        {"update_id": -1},
+        {"update_id": True},
+        {"update_id": 1, "message": "hi"},
+        {"update_id": 1, "message": {"message_id": 1, "chat": "x"}},
+        {"update_id": 1, "message": {"message_id": 1, "chat": {"type": "private"}}},
+    ],
+)
+def test_malformed_updates_are_refused(bad: object) -> None:
+    with pytest.raises(BadUpdate):
+        translate(bad, bot_id=BOT)
+
+
+def test_unknown_update_kinds_are_ignored() -> None:
+    result = translate({"update_id": 9, "business_hologram": {"x": 1}}, bot_id=BOT)
+    assert isinstance(result, Ignored) and "business_hologram" in result.reason
