@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 import click
 
@@ -22,9 +22,14 @@ from shared.store.portability import count_exportable, encode_line, export_sessi
 BAD_LINES_SHOWN = 20
 
 
+def _binary(stream: TextIO) -> BinaryIO:
+    """The byte stream under a text stream (click 8.5 deprecates get_binary_stream)."""
+    return stream.buffer
+
+
 @contextmanager
 def _stdout() -> Iterator[BinaryIO]:
-    stream = click.get_binary_stream("stdout")
+    stream = _binary(sys.stdout)
     try:
         yield stream
         stream.flush()
@@ -99,7 +104,7 @@ def _size(handle: BinaryIO) -> int | None:
 def open_input(source: str) -> Iterator[BinaryIO]:
     """stdin for `-`, else the file; a file that cannot be read is one line (exit 1)."""
     if source == "-":
-        yield click.get_binary_stream("stdin")
+        yield _binary(sys.stdin)
         return
     try:
         with Path(source).open("rb") as handle:
