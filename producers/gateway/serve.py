@@ -20,9 +20,9 @@ from typing import Any
 
 from producers.gateway.app import create_app, slack_receiver, telegram_receiver
 from producers.gateway.context import Gateway
-from producers.gateway.redact import install_redaction
 from producers.gateway.wakeups import PausingWaker
 from producers.wake import BrokerWaker, broker_client
+from shared.redact import install_redaction
 from shared.settings import Settings
 from shared.store import open_store
 

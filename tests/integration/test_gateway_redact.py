@@ -1,5 +1,4 @@
-"""Secrets out of logs: the redactor both the gateway and the workers install (two copies, as
-producers and workers may not import each other — this keeps them the same)."""
+"""Secrets out of logs: the redactor both the gateway and the workers install (shared.redact)."""
 
 from __future__ import annotations
 
@@ -9,20 +8,13 @@ from types import ModuleType
 
 import pytest
 
-from producers.gateway import redact as gateway_redact
-from workers.delivery import redact as worker_redact
+from shared import redact
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "123456789:AAEhBOweik6ad9r_Qsecret"
 
 
-def test_the_two_copies_are_the_same_code() -> None:
-    one = (ROOT / "producers/gateway/redact.py").read_text().splitlines()[1:]
-    two = (ROOT / "workers/delivery/redact.py").read_text().splitlines()[1:]
-    assert one == two
-
-
-@pytest.mark.parametrize("module", [gateway_redact, worker_redact], ids=["gateway", "worker"])
+@pytest.mark.parametrize("module", [redact], ids=["shared"])
 def test_messages_arguments_and_tracebacks_are_masked(
     module: ModuleType, caplog: pytest.LogCaptureFixture
 ) -> None:

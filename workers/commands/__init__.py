@@ -9,7 +9,7 @@ from __future__ import annotations
 from shared.commands import Command
 from shared.store import inbox, leases, outbox
 from workers.commands import agent, platform, session
-from workers.commands.base import Handler
+from workers.commands.base import Handler, answer_rows
 from workers.deliver import deliver_now
 from workers.renewer import Held
 from workers.runtime import Runtime
@@ -33,16 +33,5 @@ def run_command(
             reply = unknown_reply(command.name)
         else:
             reply = handler(conn, rt, turn, session_id, command.args)
-        outbox.add(
-            conn,
-            platform=turn.platform,
-            chat_id=turn.chat_id,
-            thread_id=turn.thread_id,
-            reply_to=turn.message_id,
-            turn_id=turn.id,
-            session_id=session_id,
-            text=reply,
-            now=now,
-        )
-        inbox.finish_turn(conn, turn.id, inbox.DONE, now)
+        answer_rows(conn, turn, session_id, reply, now)
     deliver_now(rt, outbox.lane_for(turn.platform, turn.chat_id))

@@ -28,7 +28,7 @@ from workers.agent.auxiliary import AuxiliaryUnavailable
 from workers.agent.client import Stopped
 from workers.agent.compression import continue_session, summarise
 from workers.agent.visibility import may_see, visible_clause
-from workers.commands.base import Handler
+from workers.commands.base import Handler, answer_rows
 from workers.deliver import deliver_now
 from workers.renewer import Held
 from workers.runtime import Runtime
@@ -54,24 +54,7 @@ def _answer(rt: Runtime, held: Held, turn: inbox.TurnRow, session_id: str, reply
     now = rt.clock()
     with rt.store.write() as conn:
         leases.check_route(conn, held.lease, now, rt.lease_ttl)
-        _reply_rows(conn, turn, session_id, reply, now)
-
-
-def _reply_rows(
-    conn: Connection, turn: inbox.TurnRow, session_id: str, reply: str, now: float
-) -> None:
-    outbox.add(
-        conn,
-        platform=turn.platform,
-        chat_id=turn.chat_id,
-        thread_id=turn.thread_id,
-        reply_to=turn.message_id,
-        turn_id=turn.id,
-        session_id=session_id,
-        text=reply,
-        now=now,
-    )
-    inbox.finish_turn(conn, turn.id, inbox.DONE, now)
+        answer_rows(conn, turn, session_id, reply, now)
 
 
 def _compress(rt: Runtime, held: Held, turn: inbox.TurnRow, session_id: str) -> None:
@@ -93,13 +76,13 @@ def _compress(rt: Runtime, held: Held, turn: inbox.TurnRow, session_id: str) -> 
         new = continue_session(conn, rt, session_id, summary, session_key=turn.session_key, now=now)
         if new is None:
             reply = "This session has already ended; nothing to compress."
-            _reply_rows(conn, turn, session_id, reply, now)
+            answer_rows(conn, turn, session_id, reply, now)
         else:
             reply = (
                 f"Compressed {summary.messages} messages into a summary. "
                 f"Continuing in session {_name(new)}."
             )
-            _reply_rows(conn, turn, new.id, reply, now)
+            answer_rows(conn, turn, new.id, reply, now)
 
 
 MODEL_COMMANDS = {"compress": _compress}

@@ -7,6 +7,7 @@ import time
 from functools import partial
 from typing import Any
 
+from shared.redact import install_redaction
 from shared.settings import Settings
 from shared.store import chats
 from shared.store.engine import connect
@@ -14,7 +15,6 @@ from workers.delivery.base import Sender
 from workers.delivery.cli import CliSender
 from workers.delivery.progress import LocalProgress, Progress, RedisProgress, namespace
 from workers.delivery.ratelimit import Limiter, LocalLimiter, RedisLimiter
-from workers.delivery.redact import install_redaction
 
 log = logging.getLogger(__name__)
 
