@@ -31,6 +31,9 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from bench.corpus import build_store, vocabulary
 from shared.search.tool import run
 from shared.store import Store, open_store

@@ -75,3 +75,23 @@ def test_beat_schedule_is_data_only() -> None:
         assert not isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef), (
             "beat_schedule.py holds data, not logic"
         )
+
+
+BENCHES = sorted(
+    p.name for p in (ROOT / "bench").glob("*.py") if p.name not in {"__init__.py", "corpus.py"}
+)
+
+
+@pytest.mark.parametrize("script", BENCHES)
+def test_every_bench_script_starts_as_the_readme_runs_it(script: str, tmp_path: Path) -> None:
+    """`python bench/X.py --help` from a directory outside the repo: imports resolve, help shows."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "--quick" in result.stdout
+    assert f"bench/{script}" in (ROOT / "README.md").read_text(), f"README does not list {script}"
