@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import random
 import shutil
 import sqlite3
@@ -93,6 +94,17 @@ def checkpoint(path: Path) -> int:
         conn.execute(f"PRAGMA busy_timeout = {store_sqlite.BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return path.stat().st_size
+
+
+def copy_settled(source: Path, target: Path) -> None:
+    """Copy a store and flush the copy to disk, so the first checkpoint of the run does not pay
+    for writing back a whole freshly copied file (a real state.db has no such backlog)."""
+    shutil.copyfile(source, target)
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def cutoff_for_share(path: Path, share: float) -> tuple[float, int, int, int]:
@@ -293,11 +305,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--interval-ms", type=float, default=10.0, help="pause between writes")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", type=Path, help="build in (and keep) this directory")
+    parser.add_argument("--reuse", action="store_true", help="reuse origin.db under --keep")
     parser.add_argument("--no-plain", action="store_true", help="skip the plain VACUUM run")
     args = parser.parse_args(argv)
     default_sessions, default_messages = QUICK if args.quick else FULL
     args.sessions = args.sessions or default_sessions
     args.messages = args.messages or default_messages
+    if args.reuse and args.keep is None:
+        parser.error("--reuse needs --keep")
     if not 0 < args.share < 1:
         parser.error("--share must be between 0 and 1")
     return args
@@ -321,11 +336,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     result: dict[str, Any] = {"quick": args.quick}
     with workspace(args.keep) as workdir:
-        for stale in workdir.glob("*.db*"):
-            stale.unlink()
+        origin = workdir / "origin.db"
+        if args.reuse and origin.exists():
+            say(f"reusing {origin}")
+        else:
+            for stale in workdir.glob("*.db*"):
+                stale.unlink()
+            build(origin, args.sessions, args.messages, args.seed)
+        size = checkpoint(origin)
         ours_path, plain_path = workdir / "state.db", workdir / "plain.db"
-        build(ours_path, args.sessions, args.messages, args.seed)
-        size = checkpoint(ours_path)
+        for stale in [*workdir.glob("state.db*"), *workdir.glob("plain.db*")]:
+            stale.unlink()
+        copy_settled(origin, ours_path)
         cutoff, n_sessions, n_messages, total = cutoff_for_share(ours_path, args.share)
         say(
             f"store: {size / 1e6:,.0f} MB, {total:,} messages; prunable: {n_sessions:,} sessions,"
@@ -340,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         ids = live_sessions(ours_path, cutoff, 200, args.seed)
         if not args.no_plain:
-            shutil.copyfile(ours_path, plain_path)
+            copy_settled(origin, plain_path)
         home = workdir / "home"
         home.mkdir(exist_ok=True)
         ours = measure(

@@ -11,7 +11,8 @@ rare words (1-100 messages), the commonest words (each in most sessions), pairs,
 taken from messages, 4-letter prefixes, 2- and 4-character CJK substrings of messages, scrolls
 around random messages, browses. Every call goes through the agent tool's entry
 (`shared.search.tool.run`), so the figures include everything the model gets back: lineage
-dedup, snippets, windows and bookends.
+dedup, snippets, windows and bookends. Beside them, on the same file, the plain alternative
+(`--plain` queries per class): bm25 over every match for words, a `LIKE` scan for CJK.
 """
 
 from __future__ import annotations
@@ -193,6 +194,38 @@ def _measure(store: Store, queries: dict[str, list]) -> dict[str, dict[str, Any]
     return report
 
 
+PLAIN_FTS = (
+    "SELECT m.id, m.session_id, snippet(messages_fts, 0, '>>>', '<<<', '...', 40)"
+    " FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid"
+    " WHERE messages_fts MATCH ? ORDER BY rank LIMIT 50"
+)
+PLAIN_LIKE = (
+    "SELECT id, session_id, substr(content, 1, 200) FROM messages"
+    " WHERE content LIKE ? ORDER BY timestamp DESC LIMIT 50"
+)
+
+
+def _plain(db: sqlite3.Connection, queries: dict[str, list], n: int) -> dict[str, dict[str, Any]]:
+    """The plain alternative on the same file, `n` queries per class: FTS5 ranked by bm25 over
+    every match (`ORDER BY rank LIMIT 50`, no bound) for words, and `LIKE '%...%'` (a scan)
+    for CJK substrings, which is what a store without a trigram index has to do."""
+    report: dict[str, dict[str, Any]] = {}
+    for name in ("common_term", "prefix", "phrase", "cjk_2char"):
+        sql = PLAIN_LIKE if name.startswith("cjk") else PLAIN_FTS
+        times = []
+        for args in queries[name][:n]:
+            term = f"%{args['query']}%" if name.startswith("cjk") else args["query"]
+            ms, _cpu, _rows = _time(lambda sql=sql, term=term: db.execute(sql, (term,)).fetchall())
+            times.append(ms)
+        report[name] = {
+            "n": len(times),
+            "p50_ms": round(statistics.median(times), 2),
+            "max_ms": round(max(times), 2),
+        }
+        print(f"{'plain ' + name:>19}: {json.dumps(report[name])}")
+    return report
+
+
 def _sizes(db: sqlite3.Connection) -> dict[str, Any]:
     raw_bytes = db.execute(
         "SELECT coalesce(sum(length(CAST(content AS BLOB))), 0) FROM messages"
@@ -250,6 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--db", type=Path, help="where to build (and later reuse) the store")
     parser.add_argument("--queries", type=int, default=100, help="queries per class (>= 50)")
     parser.add_argument("--seed", type=int, default=1, help="corpus seed")
+    parser.add_argument(
+        "--plain", type=int, default=10, help="queries per class for the plain alternative"
+    )
     args = parser.parse_args(argv)
     size = QUICK if args.quick else FULL
     with tempfile.TemporaryDirectory() as scratch:
@@ -262,6 +298,7 @@ def main(argv: list[str] | None = None) -> None:
             report = _measure(store, queries)
         finally:
             store.close()
+        plain = _plain(db, queries, args.plain)
         sizes = _sizes(db)
         messages = db.execute("SELECT count(*) FROM messages").fetchone()[0]
         sessions = db.execute("SELECT count(*) FROM sessions").fetchone()[0]
@@ -279,6 +316,11 @@ def main(argv: list[str] | None = None) -> None:
         **sizes,
         "common_term_min_session_share": share,
         "classes": report,
+        "plain": plain,
+        "speedup_p50_over_plain": {
+            name: round(value["p50_ms"] / max(report[name]["p50_ms"], 1e-3), 1)
+            for name, value in plain.items()
+        },
         "targets_met_wall": _verdict(report, "p99_ms"),
         "targets_met_cpu": _verdict(report, "cpu_p99_ms"),
         "load_average": [round(x, 2) for x in os.getloadavg()],

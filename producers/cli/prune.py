@@ -73,7 +73,7 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
                     limit=PRUNE_BATCH,
                     max_messages=PRUNE_BATCH_MESSAGES,
                 )
-            if count == 0:
+            if count == 0 and gone == 0:
                 break
             deleted += count
             messages += gone

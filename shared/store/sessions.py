@@ -347,10 +347,12 @@ def prune_batch(
 ) -> tuple[int, int]:
     """Delete up to `limit` of the oldest prunable sessions; (sessions, messages) deleted.
 
-    `max_messages` also bounds the batch by the messages it takes with it (at least one
-    session always goes), so one batch never holds the write lock for long. Call it inside
-    one write transaction (BEGIN IMMEDIATE): the rows picked cannot change before they are
-    deleted, and each batch re-reads the condition.
+    `max_messages` also bounds the batch by the messages it takes with it, so one batch never
+    holds the write lock for long: when the oldest prunable session alone has more, this batch
+    deletes `max_messages` of its messages and leaves the session (and the rest) for the next
+    one, returning (0, n). Call it inside one write transaction (BEGIN IMMEDIATE): the rows
+    picked cannot change before they are deleted, and each batch re-reads the condition.
+    Callers loop until it returns (0, 0).
     """
     where = _prunable_where(ended_before, source)
     picked = conn.execute(
@@ -362,7 +364,9 @@ def prune_batch(
     chosen: list[str] = []
     taken = 0
     for row in picked:
-        if chosen and max_messages is not None and taken + row.message_count > max_messages:
+        if max_messages is not None and taken + row.message_count > max_messages:
+            if not chosen:
+                return 0, _trim_messages(conn, row.id, max_messages)
             break
         chosen.append(row.id)
         taken += int(row.message_count)
@@ -370,6 +374,17 @@ def prune_batch(
         return 0, 0
     result = conn.execute(delete(sessions).where(sessions.c.id.in_(chosen)))
     return result.rowcount, taken
+
+
+def _trim_messages(conn: Connection, session_id: str, count: int) -> int:
+    """Delete the oldest `count` messages of a session that is being pruned; how many went."""
+    oldest = (
+        select(messages.c.id)
+        .where(messages.c.session_id == session_id)
+        .order_by(messages.c.id)
+        .limit(count)
+    )
+    return conn.execute(delete(messages).where(messages.c.id.in_(oldest))).rowcount
 
 
 # --- added for the agent (model snapshot) ---

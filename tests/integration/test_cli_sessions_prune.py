@@ -6,12 +6,14 @@ import re
 from datetime import datetime
 
 import pytest
+from sqlalchemy import text
 
 from producers.cli import prune
 from producers.cli.prune import PRUNE_BATCH
 from shared.settings import Settings
 from shared.store import Store
-from shared.store.sessions import get_session, prune_batch, stats
+from shared.store.messages import append_message
+from shared.store.sessions import create_session, end_session, get_session, prune_batch, stats
 from tests.integration.test_cli_sessions_support import (
     DAY,
     NOW,
@@ -173,10 +175,40 @@ def test_a_failed_vacuum_still_reports_the_prune(
 def test_prune_batches_are_bounded_by_messages_too(mixed: Store) -> None:
     cutoff = NOW - 90 * DAY
     with mixed.write() as conn:
-        # The oldest (2 messages) always goes, even over the bound; the next would exceed it.
-        assert prune_batch(conn, ended_before=cutoff, max_messages=1) == (1, 2)
+        # The oldest has 2 messages, over the bound: one of them goes, the session stays.
+        assert prune_batch(conn, ended_before=cutoff, max_messages=1) == (0, 1)
+    with mixed.write() as conn:
+        assert prune_batch(conn, ended_before=cutoff, max_messages=1) == (1, 1)
     with mixed.write() as conn:
         assert prune_batch(conn, ended_before=cutoff, max_messages=1) == (1, 1)
     with mixed.write() as conn:
         assert prune_batch(conn, ended_before=cutoff, max_messages=1) == (0, 0)
     assert OLD_LIVE in session_ids(mixed) and RECENT_ENDED in session_ids(mixed)
+
+
+def test_a_session_over_the_bound_goes_in_slices_and_counters_follow(mixed: Store) -> None:
+    """One huge old session never makes one long delete: its messages go a slice per batch."""
+    cutoff = NOW - 90 * DAY
+    big = "20240101_000000_b1b1b1"
+    with mixed.write() as conn:
+        create_session(conn, session_id=big, source="cli", now=NOW - 400 * DAY)
+        for n in range(7):
+            append_message(conn, big, "user", f"old words {n}", now=NOW - 400 * DAY)
+        end_session(conn, big, "cli_exit", NOW - 399 * DAY)  # the oldest ended: first in line
+        before = stats(conn)
+    steps = []
+    while True:
+        with mixed.write() as conn:
+            step = prune_batch(conn, ended_before=cutoff, max_messages=3)
+        if step == (0, 0):
+            break
+        steps.append(step)
+    assert steps[:2] == [(0, 3), (0, 3)]  # 3 + 3 of its messages, then the session goes
+    assert steps[2][0] >= 1 and all(m <= 3 for _, m in steps)
+    assert big not in session_ids(mixed)
+    with mixed.read() as conn:
+        after = stats(conn)
+        left = conn.execute(text("SELECT count(*) FROM messages")).scalar_one()
+        assert conn.execute(text("PRAGMA integrity_check")).scalar_one() == "ok"
+    assert after.messages == left  # the kept counters match the rows
+    assert before.messages - after.messages == sum(m for _, m in steps)
