@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "HERMES_"
@@ -22,6 +30,30 @@ class SettingsError(ValueError):
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any, info: ValidationInfo) -> Any:
+        """`HERMES_X=` (how compose passes an unset `${X:-}`) means unset for optional
+        secrets and ids, never an empty token that looks configured."""
+        if isinstance(value, str) and not value.strip() and info.field_name in _BLANK_IS_UNSET:
+            return None
+        return value
+
+
+# Optional fields whose empty value means "not configured".
+_BLANK_IS_UNSET = frozenset(
+    {
+        "token",
+        "webhook_secret",
+        "signing_secret",
+        "app_token",
+        "home_channel",
+        "webhook_url",
+        "api_key",
+        "basic_auth",
+    }
+)
 
 
 class PlatformSettings(_Section):

@@ -76,3 +76,25 @@ def test_compose_variables_are_settings_the_readme_lists() -> None:
         generic = generic.replace(".discord.", ".<p>.")
         listed = f"`{key}`" in readme or f"`{generic}`" in readme
         assert name == "HERMES_HOME" or listed, f"README does not list {key}"
+
+
+def test_workers_carry_every_platform_credential_the_receivers_use() -> None:
+    """Workers send the replies: a token only the receiver knows would fail every delivery."""
+    compose = _compose()
+    shared = set(compose["x-hermes"]["environment"])
+    platform_vars = {name for name in shared if name.startswith("HERMES_PLATFORMS__")}
+    assert {
+        "HERMES_PLATFORMS__TELEGRAM__TOKEN",
+        "HERMES_PLATFORMS__SLACK__TOKEN",
+        "HERMES_PLATFORMS__DISCORD__TOKEN",
+    } <= platform_vars
+    services = compose["services"]
+    for name in ("worker", "telegram", "slack", "discord"):
+        env = set(services[name].get("environment") or shared)
+        assert platform_vars <= env, f"{name} lacks {sorted(platform_vars - env)}"
+
+
+def test_the_image_installs_every_platform_sdk() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for extra in ("telegram", "slack", "discord", "flower", "postgres"):
+        assert extra in dockerfile.split("pip install", 1)[1].splitlines()[0], extra

@@ -324,3 +324,25 @@ def test_importing_settings_reads_nothing(hermes_env: dict[str, str], hermes_hom
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_blank_credentials_mean_unset(hermes_env: dict[str, str]) -> None:
+    """compose passes `${X:-}` as an empty variable: that must not look like a configured token."""
+    blank = {
+        "HERMES_PLATFORMS__TELEGRAM__TOKEN": "",
+        "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_URL": " ",
+        "HERMES_PLATFORMS__SLACK__SIGNING_SECRET": "",
+        "HERMES_PLATFORMS__DISCORD__HOME_CHANNEL": "",
+        "HERMES_MODEL__API_KEY": "",
+        "HERMES_FLOWER__BASIC_AUTH": "",
+    }
+    settings = load_settings({**hermes_env, **blank})
+    assert settings.platforms.telegram.token is None
+    assert settings.platforms.telegram.webhook_url is None
+    assert settings.platforms.slack.signing_secret is None
+    assert settings.platforms.discord.home_channel is None
+    assert settings.model.api_key is None
+    assert settings.flower.basic_auth is None
+    kept = load_settings({**hermes_env, "HERMES_PLATFORMS__TELEGRAM__TOKEN": "123:abc"})
+    token = kept.platforms.telegram.token
+    assert token is not None and token.get_secret_value() == "123:abc"
