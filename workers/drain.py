@@ -96,12 +96,23 @@ def drain(rt: Runtime, key: str) -> DrainResult:
         if result is None or result.reason != "idle":  # idle: released with the last claim
             with rt.store.write() as conn:
                 leases.release_route(conn, lease)
+        if result is None:  # an unexpected error: turns that arrived meanwhile got no wake-up
+            _wake_after_error(rt, key)
     assert result is not None
     if result.reason == "deferred":
         rt.waker.drain(key, countdown=result.retry_in)
     elif result.reason == "batch":
         rt.waker.drain(key)
     return result
+
+
+def _wake_after_error(rt: Runtime, key: str) -> None:
+    """Wake the key again after the retry backoff (the failed turn's attempts bound how often);
+    without this, turns accepted while the lease was held would wait for the redrive sweep."""
+    try:
+        rt.waker.drain(key, countdown=rt.settings.pipeline.retry_backoff_seconds)
+    except Exception:  # the redrive sweep still finds the work
+        log.exception("could not re-wake %s after a failed drain", key)
 
 
 def _claim(conn: Connection, rt: Runtime, lease: leases.Lease, now: float) -> _Next:

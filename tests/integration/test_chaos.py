@@ -207,6 +207,17 @@ def _fences(db: Path, keys: list[str]) -> dict[str, int]:
         conn.close()
 
 
+def _wait_taken_over(db: Path, in_flight: dict[str, int], timeout: float) -> list[str]:
+    """The keys whose fence moved past the paused holder's, waiting up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = _fences(db, list(in_flight))
+        moved = [key for key, fence in in_flight.items() if now[key] > fence]
+        if moved or time.monotonic() > deadline:
+            return moved
+        time.sleep(0.1)
+
+
 def _pause_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> tuple[int, dict[str, int]]:
     """SIGSTOP a worker that holds a session lease, past the lease, then resume it.
 
@@ -230,6 +241,12 @@ def _pause_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> tuple[i
             continue
         log.append(f"SIGSTOP lease holder {victim.pid} (mid-turn on {len(in_flight)} sessions)")
         time.sleep(LEASE * 2.5)
+        # Resume only once another worker has taken over at least one of its sessions, so the
+        # resumed holder really is fenced out there (bounded: a takeover needs the lease to
+        # expire and a redrive sweep, both a few seconds here).
+        taken_over = _wait_taken_over(db, in_flight, timeout=LEASE * 10)
+        assert taken_over, f"no session of the paused holder was taken over: {in_flight}"
+        log.append(f"{len(taken_over)} of its sessions taken over while it was stopped")
         victim.send_signal(signal.SIGCONT)
         log.append(f"SIGCONT {victim.pid}")
         return victim.pid, in_flight

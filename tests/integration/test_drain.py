@@ -290,3 +290,31 @@ def test_no_wake_up_is_sent_while_a_drain_holds_the_session(
     after = accept(store, rt.waker, turn(2), settings=fast_settings, clock=time.time)
     assert after.woken and waker.drains == [(key, None), (key, None)]
     assert drain(rt, key).ran == 3
+
+
+class _UnstorableAgent(ScriptedAgent):
+    """Answers with a message the store cannot write: the drain fails outside the agent."""
+
+    def respond(self, request):  # type: ignore[no-untyped-def]
+        from workers.agent.base import AgentReply, NewMessage
+
+        self.calls.append(request.turn.text)
+        return AgentReply(messages=[NewMessage("assistant", object())], replies=["x"])  # type: ignore[arg-type]
+
+
+def test_a_drain_that_fails_unexpectedly_lets_go_and_wakes_the_key_again(
+    fast_settings: Settings, store: Store
+) -> None:
+    rt, waker = make_runtime(fast_settings, store, _UnstorableAgent())
+    key = accept(store, rt.waker, turn(0), settings=fast_settings, clock=time.time).session_key
+    waker.drains.clear()
+    with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises for the bad value
+        drain(rt, key)
+    assert waker.drains == [(key, fast_settings.pipeline.retry_backoff_seconds)]
+    with store.read() as conn:
+        holder = conn.execute(
+            select(routes.c.lease_holder).where(routes.c.session_key == key)
+        ).scalar()
+        status = conn.execute(select(inbox_table.c.status)).scalar_one()
+    assert holder is None  # the lease was let go, so the next wake-up can take it
+    assert status in inbox.OPEN_STATUSES  # the turn is still there to retry
