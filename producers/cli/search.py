@@ -13,7 +13,7 @@ from rich.text import Text
 from producers.cli.app import App, pass_app
 from shared.search import SearchRequest
 from shared.search import search as run_search
-from shared.search.request import MAX_LIMIT, MAX_WINDOW
+from shared.search.request import DEFAULT_LIMIT, DEFAULT_WINDOW, MAX_LIMIT, MAX_WINDOW
 from shared.search.views import MARK_CLOSE, MARK_OPEN
 
 ROLE_STYLE = {"user": "bold cyan", "assistant": "green", "tool": "magenta", "system": "dim"}
@@ -21,7 +21,9 @@ ROLE_STYLE = {"user": "bold cyan", "assistant": "green", "tool": "magenta", "sys
 
 @click.command("search")
 @click.argument("query", nargs=-1, required=True)
-@click.option("--limit", "-n", default=3, show_default=True, type=click.IntRange(1, MAX_LIMIT))
+@click.option(
+    "--limit", "-n", default=DEFAULT_LIMIT, show_default=True, type=click.IntRange(1, MAX_LIMIT)
+)
 @click.option("--source", "-s", help="Only sessions from this source (cli, telegram, slack, ...).")
 @click.option(
     "--sort",
@@ -39,7 +41,7 @@ ROLE_STYLE = {"user": "bold cyan", "assistant": "green", "tool": "magenta", "sys
 @click.option(
     "--window",
     "-w",
-    default=2,
+    default=DEFAULT_WINDOW,
     show_default=True,
     type=click.IntRange(0, MAX_WINDOW),
     help="Messages shown on each side of the match.",

@@ -1,11 +1,13 @@
 """Search over every stored conversation: the `session_search` tool, `hermes sessions search`.
 
 `search(store, SearchRequest(...))` for code; `tool.run(store, args, current_session_id)` for
-the agent; `query.parse` for the query language. Dialects plug in through `backend`.
+the agent (a `Viewer` limits either to what the asker may see); `query.parse` for the query
+language. Dialects plug in through `backend`.
 """
 
+from shared.search.backend import Viewer
 from shared.search.engine import search
 from shared.search.query import QueryError, parse
 from shared.search.request import RequestError, SearchRequest
 
-__all__ = ["QueryError", "RequestError", "SearchRequest", "parse", "search"]
+__all__ = ["QueryError", "RequestError", "SearchRequest", "Viewer", "parse", "search"]

@@ -20,12 +20,24 @@ class Order(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class Viewer:
+    """Who asks, and so which sessions a call may reach (the rule of /resume and /sessions,
+    `workers.agent.visibility`): on the terminal (`cli`) every terminal session and only those;
+    on a gateway platform the sessions `user_id` started there; without a user id, none."""
+
+    platform: str
+    user_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Filters:
-    """Which messages may match: their roles, their session's source, one session left out."""
+    """Which messages may match: their roles, their session's source, one session left out,
+    and sessions the viewer may see (None: every session, for the operator's own tools)."""
 
     roles: tuple[str, ...]
     source: str | None = None
     exclude_session_id: str | None = None
+    viewer: Viewer | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +76,28 @@ class SearchBackend(Protocol):
         self, conn: Connection, session_id: str, roles: Sequence[str], count: int
     ) -> tuple[list[MessageRecord], list[MessageRecord]]: ...
 
-    def sessions_by_id(self, conn: Connection, ids: Iterable[str]) -> dict[str, SessionRecord]: ...
+    def sessions_by_id(
+        self, conn: Connection, ids: Iterable[str], viewer: Viewer | None = None
+    ) -> dict[str, SessionRecord]:
+        """The sessions of `ids` that `viewer` may see (None: all of them)."""
+        ...
+
+    def resolve(self, conn: Connection, ref: str, viewer: Viewer | None) -> SessionRecord:
+        """A session argument (exact id, unique id prefix, title) among what `viewer` may see;
+        raises SessionNotFound or AmbiguousSession (which names only visible sessions)."""
+        ...
 
     def parents(self, conn: Connection, ids: Iterable[str]) -> dict[str, str | None]: ...
 
     def recent_sessions(
-        self, conn: Connection, *, source: str | None, exclude: str | None, limit: int, offset: int
+        self,
+        conn: Connection,
+        *,
+        source: str | None,
+        exclude: str | None,
+        limit: int,
+        offset: int,
+        viewer: Viewer | None = None,
     ) -> list[SessionRecord]: ...
 
     def first_text(self, conn: Connection, session_id: str, role: str, chars: int) -> str: ...

@@ -20,6 +20,10 @@ Decisions:
   600, bookends 300, read 1200 characters) with the number of characters left out; `read`
   shows the first and last 30 messages of a longer session and says how many lie between.
 - `browse` lists the most recent session of each lineage, never the current session.
+- `viewer` (the agent's asker) limits every shape to the sessions they may see, inside the
+  queries themselves: the best `limit` lineages are the best visible ones, and an ambiguous id
+  prefix names only visible sessions. No viewer (the operator's `hermes sessions search`, code):
+  every session.
 """
 
 from __future__ import annotations
@@ -39,7 +43,6 @@ from shared.search.query import Query, QueryError, parse
 from shared.search.request import RequestError, SearchRequest
 from shared.store.engine import Store
 from shared.store.errors import AmbiguousSession, SessionNotFound
-from shared.store.sessions import resolve_session
 
 CONVERSATION_ROLES = ("user", "assistant")
 BOOKEND = 3
@@ -121,13 +124,13 @@ def discover(conn: Connection, backend: SearchBackend, request: SearchRequest) -
     except QueryError as exc:
         return error("discover", f"cannot search for {request.query!r}: {exc}")
     order = request.order
-    filters = Filters(request.roles, request.source, request.current_session_id)
+    filters = Filters(request.roles, request.source, request.current_session_id, request.viewer)
     found = backend.hits(conn, query, filters, order)
     try:
         picks, gave_up = _pick(conn, backend, found, request.discover_limit)
     except QueryError as exc:  # the index itself refused it: still an answer, not a crash
         return error("discover", f"cannot search for {request.query!r}: {exc}")
-    records = backend.sessions_by_id(conn, (p.hit.session_id for p in picks))
+    records = backend.sessions_by_id(conn, (p.hit.session_id for p in picks), request.viewer)
     snippets = backend.snippets(conn, query, [p.hit for p in picks])
     results = [
         _result(conn, backend, query, pick, records[pick.hit.session_id], request, snippets)
@@ -202,13 +205,16 @@ def _window_message(message: MessageRecord, anchor_id: int) -> dict[str, Any]:
 def scroll(conn: Connection, backend: SearchBackend, request: SearchRequest) -> dict[str, Any]:
     assert request.session_id is not None and request.around_message_id is not None
     anchor = backend.message(conn, request.around_message_id)
-    if anchor is None or anchor.session_id != request.session_id:
+    seen = (
+        {} if anchor is None else backend.sessions_by_id(conn, [anchor.session_id], request.viewer)
+    )
+    if anchor is None or anchor.session_id != request.session_id or anchor.session_id not in seen:
         return error(
             "scroll",
             f"message {request.around_message_id} is not in session {request.session_id}; "
             "pass a session_id and a message id from the same result",
         )
-    session = backend.sessions_by_id(conn, [anchor.session_id])[anchor.session_id]
+    session = seen[anchor.session_id]
     shown, before, after = backend.around(conn, anchor, request.window, request.roles)
     return {
         "mode": "scroll",
@@ -227,7 +233,7 @@ def read(conn: Connection, backend: SearchBackend, request: SearchRequest) -> di
     """The session (exact id, unique id prefix or title), its head and tail when very long."""
     assert request.session_id is not None
     try:
-        session = resolve_session(conn, request.session_id)
+        session = backend.resolve(conn, request.session_id, request.viewer)
     except (SessionNotFound, AmbiguousSession) as exc:
         return error("read", str(exc))
     first, last = backend.ends(conn, session.id, request.roles, READ_HEAD + READ_TAIL)
@@ -262,6 +268,7 @@ def browse(conn: Connection, backend: SearchBackend, request: SearchRequest) -> 
             exclude=request.current_session_id,
             limit=batch + 1,
             offset=round_no * batch,
+            viewer=request.viewer,
         )
         views.lineage_roots(partial(backend.parents, conn), (r.id for r in rows), roots)
         for record in rows[:batch]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from shared.search.backend import Order
+from shared.search.backend import Order, Viewer
 
 DEFAULT_LIMIT = 3
 MAX_LIMIT = 10
@@ -36,6 +36,7 @@ class SearchRequest:
     role_filter: str | tuple[str, ...] | None = None
     source: str | None = None
     current_session_id: str | None = None
+    viewer: Viewer | None = None
 
     @property
     def mode(self) -> str:
@@ -63,7 +64,10 @@ class SearchRequest:
 
     @classmethod
     def from_args(
-        cls, args: Mapping[str, Any], current_session_id: str | None = None
+        cls,
+        args: Mapping[str, Any],
+        current_session_id: str | None = None,
+        viewer: Viewer | None = None,
     ) -> SearchRequest:
         """Check the agent's arguments; raise RequestError naming the one that is wrong."""
         unknown = sorted(set(args) - ARGUMENTS)
@@ -81,10 +85,15 @@ class SearchRequest:
             role_filter=_text(args, "role_filter"),
             source=_text(args, "source"),
             current_session_id=current_session_id,
+            viewer=viewer,
         )
         return request.checked()
 
     def checked(self) -> SearchRequest:
+        """The request with window and limit held to their ranges as from JSON (too large is
+        capped; negative, zero limit or not a number is a RequestError), or RequestError."""
+        window = _int({"window": self.window}, "window", DEFAULT_WINDOW, 0, MAX_WINDOW)
+        limit = _int({"limit": self.limit}, "limit", None, 1, MAX_LIMIT)
         if self.sort is not None and self.sort not in SORTS:
             raise RequestError(
                 f"sort must be newest, oldest or omitted (relevance), not {self.sort!r}"
@@ -94,6 +103,8 @@ class SearchRequest:
             raise RequestError("around_message_id needs the session_id it belongs to")
         if self.query is not None and not self.query.strip():
             raise RequestError("query is empty; omit it to browse recent sessions")
+        if window != self.window or limit != self.limit:
+            return replace(self, window=window or 0, limit=limit)
         return self
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from shared.search.backend import Viewer
 from shared.search.engine import error, search
 from shared.search.request import DEFAULT_WINDOW, MAX_LIMIT, MAX_WINDOW, RequestError, SearchRequest
 from shared.store.engine import Store
@@ -92,14 +93,17 @@ SYSTEM_PROMPT = (
 
 
 def run(
-    store: Store, args: Mapping[str, Any] | None, current_session_id: str | None
+    store: Store,
+    args: Mapping[str, Any] | None,
+    current_session_id: str | None,
+    viewer: Viewer | None = None,
 ) -> dict[str, Any]:
     """The tool call: JSON arguments in, a JSON-ready result or error object out; never raises
-    for anything the model sent."""
+    for anything the model sent. `viewer` (who asks) limits it to the sessions they may see."""
     try:
         if args is not None and not isinstance(args, Mapping):
             raise RequestError("arguments must be a JSON object")
-        request = SearchRequest.from_args(args or {}, current_session_id=current_session_id)
+        request = SearchRequest.from_args(args or {}, current_session_id, viewer)
     except RequestError as exc:
         mode = SearchRequest(query=_maybe(args, "query"), session_id=_maybe(args, "session_id"))
         return error(mode.mode, str(exc))

@@ -1,11 +1,15 @@
 """SQLite search backend: matching messages in a bounded way, and the rows results are built of.
 
 Two indexes (DDL in `sqlite_search_ddl`): words in `messages_fts` (unicode61) and substrings of
-messages in unsegmented scripts in `messages_cjk` (trigram). A query with Han, kana, Thai...
-in it goes to the trigram index, any other to the word index; a top-level OR that mixes both
-runs each side on its own index and merges the two streams. The trigram index keeps no
-positions, so it only narrows the rows down; the text is checked with `instr` before a row
-counts (`_verified`), which keeps substring search exact.
+messages in unsegmented scripts in `messages_cjk` (trigram). A query without Han, kana, Thai...
+goes to the word index; one whose every match must hold such a term (`中文`, `deploy 中文`)
+to the trigram index; each option of a top-level OR is routed on its own and the streams
+merged. A query where such terms may be absent from a match (`deploy NOT 中文`,
+`deploy (中文 OR release)`) runs twice, split by message: the messages in the trigram index get
+the whole query there, the others (which hold no such text) the query with those terms taken
+as absent (`deploy`) on the word index (`_Routes`). The trigram index keeps no positions, so it
+only narrows the rows down; the text is checked with `instr` before a row counts
+(`_verified`), which keeps substring search exact.
 
 Bounded work at any size:
 - `newest`/`oldest` walk the index in rowid order (FTS5 does this without ranking anything)
@@ -49,7 +53,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from shared.search.backend import Filters, Hit, Order
-from shared.search.query import Any, Node, Query, QueryError
+from shared.search.query import All, Any, Node, Query, QueryError, Term
 from shared.search.views import ELLIPSIS, MARK_CLOSE, MARK_OPEN
 from shared.store.sqlite_search_compile import (
     TRIGRAM,
@@ -69,7 +73,9 @@ from shared.store.sqlite_search_rows import marks as _marks
 from shared.store.sqlite_search_rows import message as message
 from shared.store.sqlite_search_rows import parents as parents
 from shared.store.sqlite_search_rows import recent_sessions as recent_sessions
+from shared.store.sqlite_search_rows import resolve as resolve
 from shared.store.sqlite_search_rows import sessions_by_id as sessions_by_id
+from shared.store.sqlite_search_rows import visible as _visible
 
 RANK_WINDOW = 256  # matches ranked by bm25 at a time
 MAX_SCORED_DF = 100_000  # terms matching more messages than this are not weighed by bm25
@@ -86,7 +92,7 @@ WORD = re.compile(r"\w+")
 
 
 def _filter_sql(filters: Filters, params: list[object]) -> tuple[str, str]:
-    """(JOIN clause, WHERE conditions) for roles, source and the excluded session."""
+    """(JOIN clause, WHERE conditions) for roles, source, the excluded session and the viewer."""
     where = f" AND m.role IN ({_marks(filters.roles)})"
     params.extend(filters.roles)
     join = ""
@@ -94,9 +100,11 @@ def _filter_sql(filters: Filters, params: list[object]) -> tuple[str, str]:
         where += " AND m.session_id != ?"
         params.append(filters.exclude_session_id)
     if filters.source is not None:
-        join = " JOIN sessions AS s ON s.id = m.session_id"
         where += " AND s.source = ?"
         params.append(filters.source)
+    where += _visible(filters.viewer, "s", params)
+    if filters.source is not None or filters.viewer is not None:
+        join = " JOIN sessions AS s ON s.id = m.session_id"
     return join, where
 
 
@@ -112,6 +120,13 @@ def _verified(tree: Node | None, params: list[object]) -> str:
     return "" if tree is None else " AND " + predicate(tree, params)
 
 
+def _plain(only: bool) -> str:
+    """Keep only messages outside the trigram index (no unsegmented text), when `only`."""
+    if not only:
+        return ""
+    return " AND NOT EXISTS (SELECT 1 FROM messages_cjk_docsize AS c WHERE c.id = m.id)"
+
+
 def _direction(order: Order) -> str:
     return "ASC" if order is Order.OLDEST else "DESC"
 
@@ -124,13 +139,14 @@ def _ordered(
     order: Order,
     cursor: int | None = None,
     verify: Node | None = None,
+    plain: bool = False,
 ) -> Iterator[Hit]:
     """Matches in rowid order (past `cursor`), filtered, a batch at a time."""
     while True:
         params: list[object] = [expr]
         bound = _past(order, cursor, "f.rowid", params)
         join, where = _filter_sql(filters, params)
-        where += _verified(verify, params)
+        where += _verified(verify, params) + _plain(plain)
         rows = db.execute(
             f"SELECT f.rowid, m.session_id FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
             f"{join} WHERE {table} MATCH ?{bound}{where}"
@@ -205,6 +221,7 @@ def _ranked(
     terms: Sequence[Weighed],
     filters: Filters,
     verify: Node | None = None,
+    plain: bool = False,
 ) -> Iterator[Hit]:
     """bm25 order inside windows of the newest RANK_WINDOW matches, newest window first.
 
@@ -218,7 +235,7 @@ def _ranked(
         params: list[object] = [expr]
         bound = _past(Order.NEWEST, upper, "f.rowid", params)
         join, where = _filter_sql(filters, params)
-        where += _verified(verify, params)
+        where += _verified(verify, params) + _plain(plain)
         score = f"bm25({table})" if scoring == expr and not lone else "0.0"
         rows = db.execute(
             f"SELECT f.rowid, m.session_id, {score} FROM {table} AS f"
@@ -338,35 +355,78 @@ def _word_weights(tree: Node) -> list[Weighed]:
     return out
 
 
-def _split(query: Query) -> tuple[Node | None, Node | None]:
-    """(word tree, substring tree): a top-level OR of both kinds runs on both indexes."""
+def _requires(node: Node) -> bool:
+    """Whether every match of `node` holds unsegmented text (so lies in the trigram index)."""
+    if isinstance(node, Term):
+        return node.unsegmented
+    if isinstance(node, All):
+        return any(_requires(child) for child in node.must)
+    return all(_requires(child) for child in node.options)
+
+
+def _without_unsegmented(node: Node) -> Node | None:
+    """`node` on a message holding no unsegmented text: its unsegmented terms are false there
+    (None: the node is false)."""
+    if isinstance(node, Term):
+        return None if node.unsegmented else node
+    if isinstance(node, Any):
+        options = [o for o in map(_without_unsegmented, node.options) if o is not None]
+        return _any(options)
+    must = [_without_unsegmented(child) for child in node.must]
+    if any(child is None for child in must):
+        return None
+    must_not = [c for c in map(_without_unsegmented, node.must_not) if c is not None]
+    kept = [child for child in must if child is not None]
+    return kept[0] if len(kept) == 1 and not must_not else All(tuple(kept), tuple(must_not))
+
+
+def _any(options: Sequence[Node]) -> Node | None:
+    return None if not options else options[0] if len(options) == 1 else Any(tuple(options))
+
+
+@dataclass(frozen=True, slots=True)
+class _Routes:
+    """Where a query runs: `words` on the word index, `plain_words` there over messages outside
+    the trigram index only, `substrings` on the trigram index (None: not there)."""
+
+    words: Node | None
+    plain_words: Node | None
+    substrings: Node | None
+
+    @property
+    def word_tree(self) -> Node | None:
+        return _any([t for t in (self.words, self.plain_words) if t is not None])
+
+
+def _routes(query: Query) -> _Routes:
+    """Each option of a top-level OR by its terms: none unsegmented → words; every match holds
+    one → substrings; else both, split by message (see the module docstring)."""
     tree = query.tree
     if not query.unsegmented:
-        return tree, None
-    if isinstance(tree, Any):
-        words = [c for c in tree.options if not Query(c).unsegmented]
-        subs = [c for c in tree.options if Query(c).unsegmented]
-        if words and subs:
-            return (
-                words[0] if len(words) == 1 else Any(tuple(words)),
-                subs[0] if len(subs) == 1 else Any(tuple(subs)),
-            )
-    return None, tree
+        return _Routes(tree, None, None)
+    options = tree.options if isinstance(tree, Any) else (tree,)
+    words = [o for o in options if not Query(o).unsegmented]
+    mixed = [o for o in options if Query(o).unsegmented]
+    plain = [_without_unsegmented(o) for o in mixed if not _requires(o)]
+    return _Routes(_any(words), _any([p for p in plain if p is not None]), _any(mixed))
 
 
 def hits(conn: Connection, query: Query, filters: Filters, order: Order) -> Iterator[Hit]:
     """Matching messages, best first for the order, each once; lazy, so callers stop early."""
     db = _db(conn)
-    word_tree, sub_tree = _split(query)
+    routes = _routes(query)
     streams: list[Iterator[Hit]] = []
-    if word_tree is not None:
+    for word_tree, plain in ((routes.words, False), (routes.plain_words, True)):
+        if word_tree is None:
+            continue
         expr = compile_words(word_tree)
         if order is Order.RELEVANCE:
-            streams.append(_ranked(db, WORDS, expr, _word_weights(word_tree), filters))
+            weights = _word_weights(word_tree)
+            streams.append(_ranked(db, WORDS, expr, weights, filters, plain=plain))
         else:
-            streams.append(_ordered(db, WORDS, expr, filters, order))
-    if sub_tree is not None:
-        streams.append(_substring_hits(db, sub_tree, filters, order))
+            streams.append(_ordered(db, WORDS, expr, filters, order, plain=plain))
+    if routes.substrings is not None:
+        streams.append(_substring_hits(db, routes.substrings, filters, order))
     seen: set[int] = set()
     try:
         for hit in _merge(streams, order):
@@ -393,7 +453,7 @@ def snippets(conn: Connection, query: Query, found: Sequence[Hit]) -> dict[int, 
     """FTS5's own snippets for word-index hits. Left to the engine: substring hits (a trigram
     snippet marks whole trigrams) and prefix queries (each snippet would expand the prefix
     again, tens of ms for a broad one)."""
-    word_tree, _ = _split(query)
+    word_tree = _routes(query).word_tree
     ids = [hit.message_id for hit in found if hit.index == "words"]
     if word_tree is None or not ids or any(t.prefix for t in Query(word_tree).terms()):
         return {}

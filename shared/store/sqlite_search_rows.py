@@ -17,6 +17,10 @@ from typing import cast
 from sqlalchemy import Connection
 
 from shared.model import MessageRecord, SessionRecord
+from shared.platforms import CLI
+from shared.search.backend import Viewer
+from shared.store.errors import AmbiguousSession, SessionNotFound
+from shared.store.sessions import AMBIGUOUS_SHOWN, newest_in_lineage, resolve_session
 
 MESSAGE_COLUMNS = (
     "id, session_id, role, content, timestamp, tool_calls, tool_call_id, tool_name,"
@@ -36,6 +40,20 @@ def db_of(conn: Connection) -> sqlite3.Connection:
 
 def marks(values: Sequence[object]) -> str:
     return ", ".join("?" for _ in values)
+
+
+def visible(viewer: Viewer | None, sessions: str, params: list[object]) -> str:
+    """` AND ...` keeping the sessions (table alias `sessions`) `viewer` may see; "" for None.
+    The rule is `workers.agent.visibility`'s, as SQL."""
+    if viewer is None:
+        return ""
+    if viewer.platform == CLI:
+        params.append(CLI)
+        return f" AND {sessions}.source = ?"
+    if viewer.user_id is None:
+        return " AND 0"
+    params.extend((viewer.platform, viewer.user_id))
+    return f" AND {sessions}.source = ? AND {sessions}.user_id = ?"
 
 
 def _role_in(roles: Sequence[str]) -> str:
@@ -85,14 +103,55 @@ def ends(
     return first, list(reversed(last))
 
 
-def sessions_by_id(conn: Connection, ids: Iterable[str]) -> dict[str, SessionRecord]:
+def sessions_by_id(
+    conn: Connection, ids: Iterable[str], viewer: Viewer | None = None
+) -> dict[str, SessionRecord]:
+    """The sessions of `ids` that `viewer` may see (None: all of them)."""
     wanted = list(set(ids))
     if not wanted:
         return {}
+    params: list[object] = [*wanted]
+    seen = visible(viewer, "sessions", params)
     rows = db_of(conn).execute(
-        f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id IN ({marks(wanted)})", wanted
+        f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id IN ({marks(wanted)}){seen}", params
     )
     return {str(row[0]): SessionRecord(*row) for row in rows}
+
+
+def resolve(conn: Connection, ref: str, viewer: Viewer | None) -> SessionRecord:
+    """`resolve_session` (exact id, unique id prefix, title's lineage) among the sessions
+    `viewer` may see: an ambiguous prefix names only those, an unseen session is not found."""
+    if viewer is None:
+        return resolve_session(conn, ref)
+    ref = ref.strip()
+    if not ref:
+        raise SessionNotFound(ref)
+    exact = sessions_by_id(conn, [ref], viewer).get(ref)
+    if exact is not None:
+        return exact
+    like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    params: list[object] = [like]
+    where = "id LIKE ? ESCAPE '\\'" + visible(viewer, "sessions", params)
+    db = db_of(conn)
+    candidates = [
+        str(row[0])
+        for row in db.execute(
+            f"SELECT id FROM sessions WHERE {where} ORDER BY id DESC LIMIT ?",
+            (*params, AMBIGUOUS_SHOWN + 1),
+        )
+    ]
+    if len(candidates) == 1:
+        return sessions_by_id(conn, candidates)[candidates[0]]
+    if len(candidates) > 1:
+        total = int(
+            db.execute(f"SELECT count(*) FROM sessions WHERE {where}", params).fetchone()[0]
+        )
+        shown = candidates[:AMBIGUOUS_SHOWN]
+        raise AmbiguousSession(ref, shown, more=total - len(shown))
+    by_title = newest_in_lineage(conn, ref)
+    if by_title is not None and sessions_by_id(conn, [by_title.id], viewer):
+        return by_title
+    raise SessionNotFound(ref)
 
 
 def parents(conn: Connection, ids: Iterable[str]) -> dict[str, str | None]:
@@ -106,10 +165,18 @@ def parents(conn: Connection, ids: Iterable[str]) -> dict[str, str | None]:
 
 
 def recent_sessions(
-    conn: Connection, *, source: str | None, exclude: str | None, limit: int, offset: int
+    conn: Connection,
+    *,
+    source: str | None,
+    exclude: str | None,
+    limit: int,
+    offset: int,
+    viewer: Viewer | None = None,
 ) -> list[SessionRecord]:
-    """Sessions by latest activity (ix_sessions_last_active / ix_sessions_source_last_active)."""
-    where, params = "WHERE 1", []
+    """Sessions by latest activity (ix_sessions_last_active / ix_sessions_source_last_active),
+    of those `viewer` may see."""
+    params: list[object] = []
+    where = "WHERE 1" + visible(viewer, "sessions", params)
     if source is not None:
         where += " AND source = ?"
         params.append(source)

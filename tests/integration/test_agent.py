@@ -143,6 +143,49 @@ def test_memory_and_search_reach_a_later_session(
     assert result["results"][0]["session_id"] == session_of(rt.store, first)
 
 
+def test_search_leaves_out_the_current_session_even_when_it_holds_the_term(
+    agent_runtime: tuple[Runtime, Settings], fake: FakeOpenAI
+) -> None:
+    rt, settings = agent_runtime
+    fake.script(reply("Noted."), model=MAIN)
+    first = run(rt, settings, 1, text="the albatross migration is on hold")
+    fake.script(reply("Let me look."), model=MAIN)
+    earlier = run(
+        rt, settings, 2, chat="c2", text="what did I say about the albatross, the quokka?"
+    )
+    current = session_of(rt.store, earlier)
+    with rt.store.read() as conn:  # the current session holds both terms before the search
+        assert "albatross" in (messages.transcript(conn, current)[0].content or "")
+    fake.script(tool_call("session_search", {"query": "albatross"}), reply("Found it."), model=MAIN)
+    later = run(rt, settings, 3, chat="c2", text="search for it")
+    assert session_of(rt.store, later) == current != session_of(rt.store, first)
+    result = json.loads(fake.chats(MAIN)[3].messages[-1]["content"])
+    assert [r["session_id"] for r in result["results"]] == [session_of(rt.store, first)]
+    # A term only the current session holds finds nothing, with a note (never a silent []).
+    fake.script(tool_call("session_search", {"query": "quokka"}), reply("Nothing."), model=MAIN)
+    run(rt, settings, 4, chat="c2", text="and the other animal?")
+    nothing = json.loads(fake.chats(MAIN)[5].messages[-1]["content"])
+    assert nothing["count"] == 0 and nothing["note"]
+
+
+def test_search_from_a_platform_reaches_only_the_senders_sessions(
+    agent_runtime: tuple[Runtime, Settings], fake: FakeOpenAI
+) -> None:
+    rt, settings = agent_runtime
+    fake.script(reply("Noted."), model=MAIN)
+    cli_turn = run(rt, settings, 1, text="the albatross from the terminal")
+    fake.script(reply("Noted."), model=MAIN)
+    other = run(rt, settings, 1, chat="t2", platform="telegram", user_id="u2", text="albatross u2")
+    fake.script(reply("Noted."), model=MAIN)
+    mine = run(rt, settings, 1, chat="t1", platform="telegram", text="albatross is mine")
+    fake.script(tool_call("session_search", {"query": "albatross"}), reply("Found."), model=MAIN)
+    run(rt, settings, 2, chat="t1b", platform="telegram", text="find my bird")
+    result = json.loads(fake.chats(MAIN)[4].messages[-1]["content"])
+    assert [r["session_id"] for r in result["results"]] == [session_of(rt.store, mine)]
+    assert session_of(rt.store, other) not in json.dumps(result)
+    assert session_of(rt.store, cli_turn) not in json.dumps(result)
+
+
 def test_rate_limit_then_success(agent_runtime: tuple[Runtime, Settings], fake: FakeOpenAI) -> None:
     rt, settings = agent_runtime
     fake.script(error(429, "slow down", retry_after="0"), reply("here you go"), model=MAIN)

@@ -297,6 +297,34 @@ def test_unsegmented_text_is_found_by_substring(
         assert "⟦" in hit["snippet"]
 
 
+@pytest.mark.parametrize(
+    ("typed", "found"),
+    [
+        ("deploy NOT 中文", {"plain", "ja"}),
+        ("deploy NOT (中文 OR 日本)", {"plain"}),
+        ("deploy NOT (中文 friday)", {"plain", "zh", "ja"}),
+        ("deploy (中文 OR friday)", {"plain", "zh"}),
+        ("(deploy NOT 中文) OR release", {"plain", "ja", "release"}),
+        ("release OR 中文", {"release", "zh", "zh_only"}),
+        ("deploy 中文", {"zh"}),
+        ("deploy NOT friday", {"zh", "ja"}),
+    ],
+)
+@pytest.mark.parametrize("sort", ["relevance", "newest", "oldest"])
+def test_mixed_latin_and_unsegmented_terms_route_by_what_must_match(
+    store: Store, log: Log, typed: str, found: set[str], sort: str
+) -> None:
+    log.session("plain", ["we deploy on friday", "ok"])
+    log.session("zh", ["deploy 中文 docs", "ok"])
+    log.session("ja", ["deploy 日本語 docs", "ok"])
+    log.session("release", ["release notes", "ok"])
+    log.session("zh_only", ["中文 only", "ok"])
+    result = call(store, query=typed, limit=10, sort=None if sort == "relevance" else sort)
+    assert set(ids(result)) == found, result
+    for hit in result["results"]:
+        assert "⟦" in hit["snippet"]
+
+
 def test_substrings_are_exact_though_the_index_keeps_no_positions(store: Store, log: Log) -> None:
     log.session("whole", ["我们说中文日本的事", "好"])
     log.session("scattered", ["中文日 还有 文日本", "好"])  # both trigrams, not the string
@@ -460,7 +488,19 @@ def test_browse_limit_and_more(store: Store, log: Log) -> None:
     result = call(store)
     assert result["count"] == 10 and result["more"] is True
     assert call(store, limit=3)["count"] == 3
-    assert call(store, limit=20)["more"] is False or call(store, limit=20)["count"] == 10
+    capped = call(store, limit=20)  # capped at MAX_LIMIT: 10 of the 14, more to come
+    assert capped["count"] == 10 and capped["more"] is True
+    assert call(store, source="telegram") == {
+        "mode": "browse", "count": 0, "sessions": [], "more": False
+    }  # fmt: skip
+
+
+def test_browse_says_when_everything_is_listed(store: Store, log: Log) -> None:
+    for i in range(4):
+        log.session(f"s{i}", ["hello", "hi"])
+    result = call(store, current="s0")
+    assert [s["session_id"] for s in result["sessions"]] == ["s3", "s2", "s1"]
+    assert result["count"] == 3 and result["more"] is False
 
 
 # --- filters, arguments, windows of relevance ---
@@ -513,6 +553,38 @@ def test_python_callers_get_the_same_engine(store: Store, log: Log) -> None:
     log.session("s", ["the capybara", "ok"])
     assert ids(search(store, SearchRequest(query="capybara"))) == ["s"]
     assert "sort" in search(store, SearchRequest(query="capybara", sort="up"))["error"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"window": -1}, "window must be at least 0"),
+        ({"limit": -2}, "limit must be at least 1"),
+        ({"limit": 0}, "limit must be at least 1"),
+        ({"window": "wide"}, "window must be a whole number"),
+    ],
+)
+def test_python_callers_get_the_json_ranges(
+    store: Store, log: Log, fields: dict[str, Any], message: str
+) -> None:
+    log.session("s", ["the capybara", "ok"])
+    for request in (SearchRequest(query="capybara", **fields), SearchRequest(**fields)):
+        result = search(store, request)
+        assert message in result["error"], result
+
+
+def test_python_callers_windows_and_limits_are_capped_like_json(store: Store, log: Log) -> None:
+    texts = filler(60)
+    texts[30] = "the capybara in the middle"
+    mids = log.session("s", texts)
+    for i in range(12):
+        log.session(f"o{i:02}", ["another capybara", "ok"])
+    result = search(store, SearchRequest(query="capybara", window=99, limit=50, sort="oldest"))
+    assert result["count"] == 10  # MAX_LIMIT
+    [first] = [r for r in result["results"] if r["session_id"] == "s"]
+    assert [m["id"] for m in first["messages"]] == mids[10:51]  # MAX_WINDOW each side
+    scrolled = search(store, SearchRequest(session_id="s", around_message_id=mids[30], window=99))
+    assert scrolled["window"] == 20 and len(scrolled["messages"]) == 41
 
 
 def test_tool_schema_matches_the_arguments() -> None:

@@ -102,3 +102,24 @@ def test_upgrade_from_0002_indexes_existing_cjk_messages(settings: Settings) -> 
         assert [r["session_id"] for r in result["results"]] == ["old"]
     finally:
         store.close()
+
+
+def test_window_defaults_to_the_tool_shape(settings: Settings) -> None:
+    store = open_store(settings.resolved_database_url)
+    try:
+        with store.write() as conn:
+            create_session(conn, session_id="long", source="cli", now=1.0)
+            mids = [
+                append_message(conn, "long", ("user", "assistant")[i % 2], text, now=2.0 + i)
+                for i, text in enumerate(
+                    [f"filler {i}" if i != 10 else "the pelican spot" for i in range(21)]
+                )
+            ]
+    finally:
+        store.close()
+    code, out, _ = _invoke(settings, "pelican", "--json")
+    assert code == 0
+    [hit] = json.loads(out)["results"]
+    assert [m["id"] for m in hit["messages"]] == mids[5:16]  # DEFAULT_WINDOW (5) each side
+    code, out, _ = _invoke(settings, "pelican", "--json", "--window", "1")
+    assert [m["id"] for m in json.loads(out)["results"][0]["messages"]] == mids[9:12]
