@@ -78,11 +78,21 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     }
 
 
+class _HermesCelery(Celery):  # type: ignore[misc]  # Celery ships no type hints
+    """Tasks belong to the app that defined them. Celery's default (`shared=True`) hands every
+    task to every app finalised later in the process, so a second app's tasks would run the
+    first app's closures (its settings and store) and Celery warns of duplicate names."""
+
+    def task(self, *args: Any, **opts: Any) -> Any:
+        opts.setdefault("shared", False)
+        return super().task(*args, **opts)
+
+
 def create_app(settings: Settings) -> Celery:
     """A Celery app with hermes's tasks; the store and agent are built later, per process."""
     from workers.tasks import delivery, maintenance, sweeps, titles, turns
 
-    app = Celery("hermes", set_as_current=False)
+    app = _HermesCelery("hermes", set_as_current=False)
     app.conf.update(celery_config(settings))
     runtimes = RuntimeHolder(settings, CeleryWaker(app))
     app.hermes_runtimes = runtimes
