@@ -131,14 +131,25 @@ def _counted(message: MessageRecord) -> bool:
     return message.role in (USER, ASSISTANT)
 
 
-def build_recap(messages: Sequence[MessageRecord], *, exchanges: int = EXCHANGES) -> Recap:
-    """The recap of a transcript (oldest first)."""
+def build_recap(
+    messages: Sequence[MessageRecord],
+    *,
+    exchanges: int = EXCHANGES,
+    session_messages: int | None = None,
+) -> Recap:
+    """The recap of a transcript (oldest first).
+
+    `messages` may be only the newest part of the session: `session_messages` (the session's
+    message_count) then says how many there are in all, and the ones not given count as
+    earlier messages (all of them: the unread part is not sorted by role).
+    """
     entries = _entries(messages)
-    total = sum(1 for m in messages if _counted(m))
+    unread = max(0, session_messages - len(messages)) if session_messages is not None else 0
+    total = unread + sum(1 for m in messages if _counted(m))
     starts = [i for i, entry in enumerate(entries) if entry.kind == USER]
     first = starts[-exchanges] if len(starts) > exchanges else 0
     shown = entries[first:]
-    earlier = sum(1 for m in messages[: shown[0].index] if _counted(m)) if shown else total
+    earlier = unread + sum(1 for m in messages[: shown[0].index] if _counted(m)) if shown else total
     last_reply = max((i for i, e in enumerate(shown) if e.kind == ASSISTANT), default=-1)
     lines = []
     for i, entry in enumerate(shown):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from shared.turns import Attachment
 
 CONTINUE_HELP = "Resume the latest terminal session, or the newest in NAME's lineage."
 RESUME_HELP = "Resume a session by id, unique id prefix or title."
+TITLE_WAIT_SECONDS = 2.0
+TITLE_POLL_SECONDS = 0.1
 
 
 def continue_option(func):  # type: ignore[no-untyped-def]
@@ -143,7 +146,12 @@ def run_chat(
         hang_up()
         terminal.close()
         with _signals_ignored():  # a second Ctrl-C or hang-up must not strand the stack
-            stack.close()
+            try:
+                if stack.chat_owned:
+                    with contextlib.suppress(Exception):  # a courtesy; never keeps the stack
+                        _let_the_title_land(terminal)
+            finally:
+                stack.close()
     if code:
         raise SystemExit(code)
 
@@ -171,6 +179,19 @@ def _one_shot(
         click.echo(line)
     notes.print(f"session {session_id}", style="dim", markup=False)
     return 0 if outcome.status == "done" else 1
+
+
+def _let_the_title_land(terminal: TerminalChat) -> None:
+    """The worker titles a session after its first exchange, in a task sent once the reply is
+    committed: before a chat-owned stack stops, give that task up to TITLE_WAIT_SECONDS."""
+    deadline = time.monotonic() + TITLE_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        session = terminal.session()
+        if session is None or session.title is not None or session.message_count < 2:
+            return
+        if terminal.clock() - session.last_active_at > TITLE_WAIT_SECONDS:
+            return  # not a first exchange that just finished
+        time.sleep(TITLE_POLL_SECONDS)
 
 
 def _say(console: Console, line: str) -> None:

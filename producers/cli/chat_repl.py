@@ -25,6 +25,9 @@ from shared.turns import Attachment
 
 SLOW_WORKER_SECONDS = 15.0
 LEAVE = {"/exit", "/quit", "/q"}
+TERMINAL_HELP = """In this terminal:
+/attach PATH — attach a file to your next message
+/exit — leave (or Ctrl-D); `hermes -c` picks up where you left off"""
 
 
 class LineReader:
@@ -66,10 +69,7 @@ class Repl:
         """The first line: which hermes, which model (printed before the stack comes up)."""
         endpoint = self.settings.model_endpoint
         if endpoint is None:
-            model = (
-                "offline model (no model endpoint configured: set model.base_url and "
-                f"model.name in {self.settings.home / 'config.yaml'})"
-            )
+            model = "offline model — set model.base_url in config.yaml to use yours"
         else:
             model = f"{endpoint.name} at {endpoint.base_url}"
         self.console.print(Text(f"hermes {__version__} · {model}", style="bold"))
@@ -116,6 +116,9 @@ class Repl:
         if session is None:
             self.console.print(Text("Nothing was sent, so no session was saved.", style="dim"))
             return
+        if session.message_count == 0 and session.title is None:
+            self.console.print(Text("No messages were sent, so nothing was saved.", style="dim"))
+            return
         name = f' "{session.title}"' if session.title else ""
         self.console.print(Text(f"Session {session.id}{name} saved.", style="bold"))
         how = f"Resume it with: hermes -r {session.id}"
@@ -144,11 +147,15 @@ class Repl:
         self.pending.clear()
         self._stop_replies: list[str] = []
         outcome = self._wait(turn_id)
+        command = text.split()[0] if text.startswith("/") else ""
         if outcome is not None:
-            self._show(outcome, command=text.startswith("/"))
+            self._show(outcome, command=bool(command))
+            if command == "/help" and outcome.status == inbox.DONE:
+                self.console.print(Text(TERMINAL_HELP, style="cyan"))
         for reply in self._stop_replies:
             self.console.print(Text(reply, style="cyan"))
-        self._follow(before, resumed=text.startswith("/resume"))
+        if command != "/compress":  # its reply already says where the conversation went
+            self._follow(before, resumed=command == "/resume")
 
     def _wait(self, turn_id: int) -> Outcome | None:
         stopped: Outcome | None = None

@@ -78,6 +78,11 @@ class ChatStack:
         self._worker: subprocess.Popen[bytes] | None = None
 
     @property
+    def chat_owned(self) -> bool:
+        """A chat started the stack this one uses: the last chat out stops it."""
+        return self._clients is not None and self.record.exists()
+
+    @property
     def record(self) -> Path:
         return self.run_dir / "chat-stack.json"
 
@@ -94,8 +99,7 @@ class ChatStack:
             self._start()
 
     def _start(self) -> None:
-        started = time.monotonic()
-        self.say("Starting the embedded stack (private Redis + one worker)…")
+        self.say("Starting a local worker…")
         broker = EmbeddedRedis(self.run_dir)
         broker.start()
         self._broker = broker
@@ -113,11 +117,7 @@ class ChatStack:
             log.close()
         socket = str(broker.socket_path)
         record = {"redis": broker.pid, "worker": self._worker.pid, "socket": socket}
-        self.record.write_text(json.dumps(record))
-        self.say(
-            f"Broker pid {broker.pid} up in {time.monotonic() - started:.1f}s; worker pid "
-            f"{self._worker.pid} is starting (messages wait for it). Both stop when you leave."
-        )
+        self.record.write_text(json.dumps(record))  # for the last chat out to stop
 
     def close(self) -> None:
         if self._clients is None:
@@ -153,4 +153,4 @@ class ChatStack:
             with contextlib.suppress(FileNotFoundError):
                 Path(record.get("socket") or self.settings.embedded_broker_socket).unlink()
         self.record.unlink(missing_ok=True)
-        self.say("Stopped the embedded stack.")
+        self.say("Stopped the local worker.")

@@ -23,7 +23,7 @@ def render_recap(
     console: Console, session: SessionRecord, transcript: Sequence[MessageRecord], mode: str
 ) -> None:
     """Print the recap panel (`full`) or one line (`minimal`) for a resumed session."""
-    recap = build_recap(transcript)
+    recap = build_recap(transcript, session_messages=session.message_count)
     if mode == "minimal":
         console.print(Text(minimal_line(session, recap.total), style="dim"))
         return

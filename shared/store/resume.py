@@ -6,7 +6,7 @@ A compressed session ends with `end_reason` "compression" and its continuation n
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, insert, or_, select, update
 
 from shared.model import SessionRecord
 from shared.store.schema import routes, sessions
@@ -36,10 +36,14 @@ def lineage_head(conn: Connection, session: SessionRecord) -> SessionRecord:
 
 
 def latest_session(conn: Connection, source: str) -> SessionRecord | None:
-    """The most recently active session of `source` (e.g. the terminal's last one)."""
+    """The most recently active session of `source` (e.g. the terminal's last one), skipping
+    empty ones: a chat that only ran commands leaves an untitled session with no messages."""
     row = conn.execute(
         select(sessions)
-        .where(sessions.c.source == source)
+        .where(
+            sessions.c.source == source,
+            or_(sessions.c.message_count > 0, sessions.c.title.is_not(None)),
+        )
         .order_by(sessions.c.last_active_at.desc(), sessions.c.id.desc())
         .limit(1)
     ).first()

@@ -18,6 +18,7 @@ import pexpect
 import pytest
 from sqlalchemy import select
 
+from shared.model import SessionRecord
 from shared.settings import load_settings
 from shared.store import messages, open_store
 from shared.store import sessions as session_rows
@@ -107,8 +108,10 @@ def test_fresh_machine_chat_exit_prints_the_id_and_continue_shows_the_recap(
     first = start(terminals, term_env).ready()
     first.say("hello from the terminal", expect="only echo: hello from the terminal")
     out = first.leave()
-    assert "Starting the embedded stack" in out and "Stopped the embedded stack." in out
-    assert "offline model" in out.splitlines()[0]
+    assert "Starting a local worker…" in out and "Stopped the local worker." in out
+    assert "Broker pid" not in out and "worker pid" not in out
+    header = out.splitlines()[0]
+    assert "offline model" in header and "config.yaml" in header and len(header) < 100
     (session_id,) = SESSION_ID.findall(out)
     assert f"Resume it with: hermes -r {session_id}" in out
 
@@ -242,6 +245,69 @@ def test_one_shot_prints_only_the_reply_and_continues_with_c(
     assert not (hermes_home / "run" / "chat-stack.json").exists()
 
 
+def _run_with(env: dict[str, str], stdin: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [hermes_bin(), *args], env=env, input=stdin, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_one_shot_gets_its_title_and_command_only_chats_are_not_continued(
+    term_env: dict[str, str], hermes_home: Path
+) -> None:
+    first = _run(term_env, "chat", "-q", "I want to plan a trip to Lisbon in May")
+    assert first.returncode == 0, first.stderr
+    session_id = re.findall(r"session (\d{8}_\d{6}_[0-9a-f]{6})", first.stderr)[0]
+    store = open_store(load_settings(term_env).resolved_database_url)
+    try:
+        with store.read() as conn:  # titled before the chat stopped its own worker
+            titled = session_rows.require_session(conn, session_id)
+        assert (titled.title, titled.title_source) == ("I want to plan a trip to", "auto")
+
+        commands = _run_with(term_env, "/help\n")
+        assert commands.returncode == 0, commands.stderr
+        assert "/handoff <platform>" in commands.stdout and "/sethome" in commands.stdout
+        assert "/attach PATH" in commands.stdout and "/exit" in commands.stdout
+        assert "No messages were sent, so nothing was saved." in commands.stdout
+        assert "saved." not in commands.stdout.replace("nothing was saved.", "")
+        assert "Resume it with" not in commands.stdout
+        with store.read() as conn:
+            listed, _ = session_rows.list_sessions(conn)
+        empty = [row.record for row in listed if row.record.message_count == 0]
+        assert len(empty) == 1  # the command-only chat did leave a session behind
+    finally:
+        store.close()
+
+    again = _run_with(term_env, "", "-c")
+    assert again.returncode == 0, again.stderr
+    assert f"· {session_id}" in again.stdout and "● I want to plan a trip" in again.stdout
+    assert "(no messages yet)" not in again.stdout
+
+
+class _Titling:
+    """A terminal whose session gets its title `after` seconds from now (never if None)."""
+
+    def __init__(self, after: float | None) -> None:
+        self.clock = time.time
+        self.titled_at = None if after is None else time.monotonic() + after
+
+    def session(self) -> SessionRecord:
+        titled = self.titled_at is not None and time.monotonic() >= self.titled_at
+        return SessionRecord(
+            "s", "cli", 0.0, self.clock(), title="t" if titled else None, message_count=2
+        )
+
+
+def test_leaving_a_chat_owned_stack_waits_briefly_for_a_fresh_title() -> None:
+    from producers.cli.chat import TITLE_WAIT_SECONDS, _let_the_title_land
+
+    started = time.monotonic()
+    _let_the_title_land(_Titling(after=0.5))  # type: ignore[arg-type]
+    assert 0.5 <= time.monotonic() - started < TITLE_WAIT_SECONDS
+    started = time.monotonic()
+    _let_the_title_land(_Titling(after=None))  # type: ignore[arg-type]
+    assert TITLE_WAIT_SECONDS <= time.monotonic() - started < TITLE_WAIT_SECONDS + 1
+
+
 def test_bad_references_are_one_line_errors(term_env: dict[str, str]) -> None:
     missing = _run(term_env, "-r", "nope")
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
@@ -309,12 +375,12 @@ def test_two_chats_share_the_stack_and_the_last_one_out_stops_it(
     second = start(terminals, term_env).ready()
     first.say("from the first", expect="only echo: from the first")
     out = first.leave()
-    assert "Starting the embedded stack" in out and "Stopped the embedded stack" not in out
+    assert "Starting a local worker" in out and "Stopped the local worker" not in out
     assert (hermes_home / "run" / "redis.sock").exists()  # the second chat still uses it
     second.say("from the second", expect="only echo: from the second")
     out = second.leave()
     assert "Using the hermes stack already running" in out
-    assert "Stopped the embedded stack." in out
+    assert "Stopped the local worker." in out
     assert not (hermes_home / "run" / "redis.sock").exists()
 
 
@@ -340,7 +406,7 @@ def test_with_hermes_up_running_the_chat_uses_it(
         assert result.returncode == 0, result.stderr
         assert result.stdout.endswith("echo: hello up\n")
         assert "Using the hermes stack already running" in result.stderr
-        assert "Stopped the embedded stack" not in result.stderr
+        assert "Stopped the local worker" not in result.stderr
         assert (hermes_home / "run" / "redis.sock").exists()  # hermes up's broker lives on
     finally:
         up.send_signal(signal.SIGINT)

@@ -92,3 +92,32 @@ def test_minimal_line() -> None:
         minimal_line(session, 12)
         == 'Resumed session 20260101_120000_abc123 "my project" — 12 messages.'
     )
+
+
+def _long_session(count: int) -> list[MessageRecord]:
+    return [msg(n, "user" if n % 2 else "assistant", f"message {n}") for n in range(1, count + 1)]
+
+
+def test_a_transcript_cut_to_its_newest_part_counts_the_whole_session() -> None:
+    newest = _long_session(600)[-400:]  # what the terminal fetches of a 600-message session
+    recap = build_recap(newest, session_messages=600)
+    assert (recap.earlier, recap.total) == (580, 600)  # 10 exchanges shown, the rest earlier
+    assert recap.lines[0].text == "message 581"
+    whole = build_recap(_long_session(600))
+    assert (whole.earlier, whole.total) == (recap.earlier, recap.total)
+    assert build_recap(newest).total == 400  # without the session's count: what was given
+
+
+def test_the_resume_panel_and_minimal_line_show_the_session_counts() -> None:
+    from rich.console import Console
+
+    from producers.cli.recap_view import render_recap
+
+    session = SessionRecord("s", "cli", 0.0, 0.0, message_count=600)
+    newest = _long_session(600)[-400:]
+    console = Console(record=True, width=120)
+    render_recap(console, session, newest, "full")
+    render_recap(console, session, newest, "minimal")
+    shown = console.export_text()
+    assert "... 580 earlier messages ..." in shown and "600 messages" in shown
+    assert "Resumed session s — 600 messages." in shown

@@ -101,18 +101,77 @@ class ModelAuxiliary:
 
 _WORD_RE = re.compile(r"[^\W_][\w'’-]*", re.UNICODE)
 _URL_RE = re.compile(r"https?://\S+")
+# Where a clause ends: sentence punctuation, a comma or colon before a space, a spaced dash.
+_CLAUSE_RE = re.compile(r"[.!?;。！？；\n]+|[,:，：](?=\s|$)|\s[-–—]+\s")
+TITLE_MIN_WORDS = 3
+TITLE_MAX_WORDS = 7
+UNSPACED_MIN_CHARS = 4  # one long "word" is a sentence in a script without spaces (CJK)
+_GREETINGS = frozenset({
+    "hi", "hii", "hello", "hey", "heya", "hiya", "yo", "howdy", "greetings", "hallo", "hola",
+    "bonjour", "salut", "ciao", "ok", "okay", "so", "well", "um", "uh", "hmm", "thanks", "thx",
+})  # fmt: skip
+_GREETED = frozenset({
+    "there", "all", "everyone", "everybody", "folks", "guys", "friend", "buddy", "again",
+})  # fmt: skip
+_DAY_PARTS = frozenset({"morning", "afternoon", "evening", "day"})
+
+
+def _without_greeting(words: list[str]) -> tuple[list[str], bool]:
+    """`words` less a leading "hi", "hello there", "good morning", "thanks"…; and whether one
+    was taken."""
+    lowered = [w.lower() for w in words]
+    i = 0
+    while i < len(words):
+        if lowered[i] in _GREETINGS:
+            i += 1
+        elif lowered[i] == "good" and i + 1 < len(words) and lowered[i + 1] in _DAY_PARTS:
+            i += 2
+        elif i > 0 and lowered[i] in _GREETED:
+            i += 1
+        else:
+            break
+    return words[i:], i > 0
+
+
+def _meaningful_clauses(text: str) -> list[list[str]]:
+    clauses = []
+    greeting = True  # greetings only count at the start of the message
+    for clause in _CLAUSE_RE.split(text):
+        words: list[str] = _WORD_RE.findall(clause)
+        if greeting:
+            words, _ = _without_greeting(words)
+            greeting = not words
+        if words:
+            clauses.append(words)
+    return clauses
 
 
 def heuristic_title(first_user: str) -> str | None:
-    """Offline: the first words of the first message (up to 7; fewer when it is shorter)."""
+    """Offline: a title from the first message — past a greeting, up to the first clause break
+    that leaves 3 to 7 words. None when fewer than 3 meaningful words are left ("hi!")."""
     text = _URL_RE.sub(" ", first_user)
     text = re.sub(r"^/\w+\s*", "", text.strip())
-    words: list[str] = _WORD_RE.findall(text)
+    clauses = _meaningful_clauses(text)
+    if not clauses:
+        return None
+    first = clauses[0]
+    if len(first) == 1 and len(first[0]) >= UNSPACED_MIN_CHARS and not first[0].isascii():
+        return first[0][:16]  # an unspaced script (CJK): a short prefix
+    words = next((c for c in clauses if len(c) >= TITLE_MIN_WORDS), None)
+    if words is None:  # only short clauses: run them together
+        words = [w for c in clauses for w in c]
+    if len(words) < TITLE_MIN_WORDS:
+        return None
+    title = " ".join(words[:TITLE_MAX_WORDS])
+    return title[0].upper() + title[1:]
+
+
+def first_words(first_user: str) -> str | None:
+    """The last resort: the first words of the message as they are ("Hi")."""
+    words: list[str] = _WORD_RE.findall(_URL_RE.sub(" ", first_user))
     if not words:
         return None
-    if len(words) == 1 and len(words[0]) > 24:  # unspaced scripts (CJK): a short prefix
-        return words[0][:16]
-    title = " ".join(words[:7])
+    title = " ".join(words[:TITLE_MAX_WORDS])
     return title[0].upper() + title[1:]
 
 

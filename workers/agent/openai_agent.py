@@ -241,13 +241,18 @@ class OpenAIAgent:
         threshold = self.settings.agent.compression_threshold * model.context_tokens
         used = state.usage.last_prompt + state.usage.last_completion
         whole = state.full_estimate + estimate_tokens(text)
-        compress = state.window_dropped > 0 or used >= threshold or whole >= threshold
+        # The history given is capped (workers.drain.HISTORY_MESSAGES): a session longer than
+        # that has messages the model no longer sees, so they go into a summary too.
+        session = state.request.session
+        capped = session.message_count > len(state.request.history)
+        compress = state.window_dropped > 0 or capped or used >= threshold or whole >= threshold
         if compress:
             log.info(
-                "session %s is near its context budget (%s of %s tokens); compressing",
-                state.request.session.id,
+                "session %s is near its context budget (%s of %s tokens, %s messages); compressing",
+                session.id,
                 max(used, whole),
                 model.context_tokens,
+                session.message_count,
             )
         return self._reply(state, [text], compress=compress)
 

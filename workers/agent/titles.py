@@ -1,9 +1,12 @@
 """Auto-titles: after a session's first exchange, once, off the reply path.
 
-The auxiliary model writes 3–7 words in the user's language; offline (or when it fails) the
-first words of the first message stand in. A session that already has a title — the user's,
-a derived one, or an earlier auto one — is left alone; a title another session holds takes
-the next number of its lineage ("x" → "x #2").
+The auxiliary model writes 3–7 words in the user's language; offline (or when it fails) a
+heuristic takes 3–7 words from the first user message that has them (past greetings). A session
+with nothing to go on yet ("hi") is left untitled while it is fresh; once it has been quiet for
+a minute (the title sweep's call) its first words are the title, so the sweep does not ask
+again. A session that already has a title — the user's, a derived one, or an earlier auto
+one — is left alone; a title another session holds takes the next number of its lineage
+("x" → "x #2").
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ from shared.store import sessions as session_rows
 from shared.store.errors import TitleInUse
 from shared.store.schema import messages
 from shared.titles import MAX_TITLE_CHARS, TitleError, TitleSource, validate_title
-from workers.agent.auxiliary import AuxiliaryUnavailable, heuristic_title
+from workers.agent.auxiliary import AuxiliaryUnavailable, first_words, heuristic_title
 from workers.agent.compression import auxiliary_of
 from workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
 MAX_WORDS = 7
+QUIET_SECONDS = 60.0  # a session quiet this long gets a fallback title (as the sweep's wait)
 UNSPACED_CHARS = 24  # a title in a script without spaces (CJK): at most this many characters
 _PREFIX_RE = re.compile(r"^(title|titre|titel|título|标题|タイトル)\s*[:：]\s*", re.IGNORECASE)
 _QUOTES = "\"'“”‘’«»「」『』`*#"
@@ -47,7 +51,8 @@ def tidy_title(raw: str) -> str | None:
         return None
 
 
-def _first_exchange(rt: Runtime, session_id: str) -> tuple[str, str] | None:
+def _first_exchange(rt: Runtime, session_id: str) -> tuple[list[str], str] | None:
+    """The first user messages (of the first 20 rows) and the first reply."""
     with rt.store.read() as conn:
         rows = conn.execute(
             select(messages.c.role, messages.c.content)
@@ -59,9 +64,17 @@ def _first_exchange(rt: Runtime, session_id: str) -> tuple[str, str] | None:
             .order_by(messages.c.id)
             .limit(20)
         ).all()
-    user = next((str(r.content) for r in rows if r.role == "user"), None)
+    users = [str(r.content) for r in rows if r.role == "user"]
     reply = next((str(r.content) for r in rows if r.role == "assistant"), "")
-    return (user, reply) if user else None
+    return (users, reply) if users else None
+
+
+def _offline_title(users: list[str], *, quiet: bool) -> str | None:
+    for text in users:
+        title = tidy_title(heuristic_title(text) or "")
+        if title is not None:
+            return title
+    return tidy_title(first_words(users[0]) or "") if quiet else None
 
 
 def autotitle(rt: Runtime, session_id: str) -> str:
@@ -75,15 +88,16 @@ def autotitle(rt: Runtime, session_id: str) -> str:
     exchange = _first_exchange(rt, session_id)
     if exchange is None:
         return "no exchange yet"
-    user, reply = exchange
+    users, reply = exchange
     title = None
     try:
-        title = tidy_title(auxiliary_of(rt).title(user, reply))
+        title = tidy_title(auxiliary_of(rt).title(users[0], reply))
     except AuxiliaryUnavailable as exc:
-        log.info("auto-title of %s falls back to the first words: %s", session_id, exc)
-    title = title or tidy_title(heuristic_title(user) or "")
+        log.info("auto-title of %s falls back to the heuristic: %s", session_id, exc)
+    quiet = session.last_active_at < rt.clock() - QUIET_SECONDS
+    title = title or _offline_title(users, quiet=quiet)
     if title is None:
-        return "nothing to title it with"
+        return "nothing to title it with yet"
     with rt.store.write() as conn:
         current = session_rows.get_session(conn, session_id)
         if current is None or current.title is not None:

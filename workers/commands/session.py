@@ -21,6 +21,8 @@ HELP = """Commands:
 /sessions — list your recent sessions
 /reset — end this session; your next message starts a fresh one
 /stop — stop the reply in progress
+/sethome — make this chat its platform's home channel (Telegram, Slack, Discord)
+/handoff <platform> — continue this session in that platform's home channel
 /help — this list"""
 
 
