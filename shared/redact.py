@@ -9,8 +9,14 @@ loggers that replaces every configured secret with `***` in messages and traceba
 from __future__ import annotations
 
 import logging
+import re
 import traceback
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+if TYPE_CHECKING:
+    from shared.settings import Settings
 
 MASK = "***"
 QUIET = (
@@ -32,22 +38,26 @@ FILTERED = (
     "slack_sdk.socket_mode",
 )
 MIN_SECRET = 6  # never mask short strings: they would turn ordinary words into ***
+PLATFORM_SECRETS = ("token", "webhook_secret", "signing_secret", "app_token")
 
 
 class Redactor(logging.Filter):
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__()
         self.secrets: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
         self.add(secrets)
 
     def add(self, secrets: Iterable[str]) -> None:
         self.secrets.update(s for s in secrets if s and len(s) >= MIN_SECRET)
+        ordered = sorted(self.secrets, key=len, reverse=True)  # longest first
+        # case-insensitive: some SDKs lower-case the error text that quotes a URL
+        self._pattern = (
+            re.compile("|".join(map(re.escape, ordered)), re.IGNORECASE) if ordered else None
+        )
 
     def redact(self, text: str) -> str:
-        for secret in sorted(self.secrets, key=len, reverse=True):
-            if secret in text:
-                text = text.replace(secret, MASK)
-        return text
+        return self._pattern.sub(MASK, text) if self._pattern is not None else text
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.secrets:
@@ -83,3 +93,40 @@ def install_redaction(secrets: Iterable[str]) -> Redactor:
         else:
             found.add(wanted)
     return shared or Redactor(wanted)
+
+
+def _value(secret: Any) -> str | None:
+    return secret.get_secret_value() if secret is not None else None
+
+
+def url_password(url: str | None) -> list[str]:
+    """The password inside `scheme://user:password@host/…`, as written and decoded."""
+    if not url or "@" not in url:
+        return []
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return []
+    return [password, unquote(password)] if password else []
+
+
+def secrets_of(settings: Settings) -> list[str]:
+    """Every credential the configuration holds: platform tokens and secrets, the model,
+    auxiliary and transcription API keys, Flower's basic auth, and the passwords inside the
+    broker and database URLs."""
+    values: list[str | None] = []
+    for name in ("telegram", "slack", "discord"):
+        conf = getattr(settings.platforms, name)
+        values.extend(_value(getattr(conf, attr, None)) for attr in PLATFORM_SECRETS)
+    for section in (settings.model, settings.auxiliary, settings.transcription):
+        values.append(_value(section.api_key))
+    basic_auth = _value(settings.flower.basic_auth)
+    if basic_auth:
+        values.extend([basic_auth, basic_auth.partition(":")[2]])
+    for url in (settings.broker_url, settings.database_url):
+        values.extend(url_password(url))
+    found: list[str] = []
+    for value in values:
+        if value and value not in found:
+            found.append(value)
+    return found

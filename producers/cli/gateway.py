@@ -6,6 +6,7 @@ import logging
 
 import click
 
+from shared.redact import Redactor, secrets_of
 from shared.settings import Settings, load_settings
 
 PLATFORMS = ("telegram", "slack", "discord")
@@ -65,7 +66,7 @@ def gateway(
     can use Socket Mode (--socket-mode); Discord connects to its gateway. Credentials come
     from config.yaml or HERMES_PLATFORMS__<P>__* variables and are never logged.
     """
-    from producers.gateway.serve import GatewayError, Mode, run
+    from producers.gateway.serve import GatewayError, default_mode, run
 
     settings = _settings(ctx)
     if host is not None or port is not None:
@@ -73,19 +74,13 @@ def gateway(
             update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
         )
         settings = settings.model_copy(update={"gateway": gateway_conf})
-    tconf, sconf = settings.platforms.telegram, settings.platforms.slack
-    if polling is None:  # a webhook needs its secret; without one, Telegram is polled
-        polling = tconf.polling or tconf.webhook_secret is None
-    mode = Mode(
-        platform=platform,
-        polling=polling,
-        socket_mode=sconf.socket_mode if socket_mode is None else socket_mode,
-        webhook_url=webhook_url or tconf.webhook_url,
+    mode = default_mode(
+        settings, platform, polling=polling, socket_mode=socket_mode, webhook_url=webhook_url
     )
     logging.basicConfig(
         level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
         run(settings, mode)
-    except GatewayError as exc:
-        raise click.ClickException(str(exc)) from None
+    except GatewayError as exc:  # its text may quote an SDK error, and so a credential
+        raise click.ClickException(Redactor(secrets_of(settings)).redact(str(exc))) from None

@@ -24,18 +24,32 @@ def hermes_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "producers.cli.main", *args]
 
 
-def receivers(settings: Settings) -> list[str]:
-    """Platforms that have credentials and a receiver command (added by the platforms work)."""
+def receivers(settings: Settings) -> tuple[list[str], dict[str, str]]:
+    """Platforms whose receiver can start, and those left out with the reason.
+
+    A platform with a token but an incomplete configuration (Slack without its signing
+    secret, Socket Mode without an app token, …) is left out rather than started: its
+    receiver would exit at once and the supervisor would restart it forever.
+    """
     from producers.cli.plugins import _points
 
     if "gateway" not in _points():
-        return []
-    names = []
+        return [], {}
+    from producers.gateway.serve import GatewayError, check, default_mode
+
+    names: list[str] = []
+    skipped: dict[str, str] = {}
     for name in ("telegram", "slack", "discord"):
         platform = getattr(settings.platforms, name)
-        if platform.enabled and platform.token is not None:
-            names.append(name)
-    return names
+        if not (platform.enabled and platform.token is not None):
+            continue
+        try:
+            check(settings, default_mode(settings, name))
+        except GatewayError as exc:
+            skipped[name] = str(exc)
+            continue
+        names.append(name)
+    return names, skipped
 
 
 def _lock(settings: Settings) -> IO[str]:
@@ -91,10 +105,15 @@ def up(app: App, workers: int | None, concurrency: int | None, no_beat: bool) ->
         )
     if not no_beat:
         sup.add("beat", hermes_argv("beat", "-l", "WARNING"))
-    for platform in receivers(settings):
+    started, skipped = receivers(settings)
+    for platform in started:
         sup.add(platform, hermes_argv("gateway", platform))
     sup.start_all()
     _summary(console, settings, store.path, broker, sup)
+    for platform, reason in skipped.items():
+        console.print(
+            f"[yellow]{platform} receiver not started:[/] {reason}", markup=True, soft_wrap=True
+        )
 
     def on_signal(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt

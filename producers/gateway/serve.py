@@ -22,7 +22,7 @@ from producers.gateway.app import create_app, slack_receiver, telegram_receiver
 from producers.gateway.context import Gateway
 from producers.gateway.wakeups import PausingWaker
 from producers.wake import BrokerWaker, broker_client
-from shared.redact import install_redaction
+from shared.redact import install_redaction, secrets_of
 from shared.settings import Settings
 from shared.store import open_store
 
@@ -41,15 +41,24 @@ class Mode:
     webhook_url: str | None = None
 
 
-def secrets_of(settings: Settings) -> list[str]:
-    found = []
-    for name in ("telegram", "slack", "discord"):
-        conf = getattr(settings.platforms, name)
-        for attr in ("token", "webhook_secret", "signing_secret", "app_token"):
-            value = getattr(conf, attr, None)
-            if value is not None:
-                found.append(value.get_secret_value())
-    return found
+def default_mode(
+    settings: Settings,
+    platform: str,
+    *,
+    polling: bool | None = None,
+    socket_mode: bool | None = None,
+    webhook_url: str | None = None,
+) -> Mode:
+    """The mode `hermes gateway PLATFORM` runs in: the options given, else the configuration."""
+    tconf, sconf = settings.platforms.telegram, settings.platforms.slack
+    if polling is None:  # a webhook needs its secret; without one, Telegram is polled
+        polling = tconf.polling or tconf.webhook_secret is None
+    return Mode(
+        platform=platform,
+        polling=polling,
+        socket_mode=sconf.socket_mode if socket_mode is None else socket_mode,
+        webhook_url=webhook_url or tconf.webhook_url,
+    )
 
 
 def check(settings: Settings, mode: Mode) -> None:
@@ -146,8 +155,16 @@ def _server(app: Any) -> Any:
         def capture_signals(self) -> Iterator[None]:
             yield
 
+    # log_config=None: uvicorn builds no handlers of its own, so its error and access lines go
+    # through the root handlers, which carry the redaction filter; its loggers follow the
+    # level `hermes gateway -l` set (access lines at INFO and below).
     config = uvicorn.Config(
-        app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5
+        app,
+        log_config=None,
+        log_level=None,
+        access_log=logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO),
+        lifespan="off",
+        timeout_graceful_shutdown=5,
     )
     return Server(config)
 

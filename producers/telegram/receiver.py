@@ -79,13 +79,13 @@ class TelegramReceiver:
         Raises BadRequest(400) for something that is not an update; store errors propagate
         (the app answers 503 and Telegram redelivers).
         """
-        moved = migration(update)
-        if moved is not None:
-            await to_thread.run_sync(self._migrate, moved)
-        try:
+        try:  # validate the whole update (both chat ids too) before anything changes
             result = translate(update, bot_id=self.bot_id)
+            moved = migration(update)
         except BadUpdate as exc:
             raise BadRequest(400, str(exc)) from None
+        if moved is not None:
+            await to_thread.run_sync(self._migrate, moved)
         if isinstance(result, Ignored):
             log.debug("telegram update ignored: %s", result.reason)
             return None

@@ -120,16 +120,28 @@ def _file(item: dict[str, Any]) -> str:
     return f"telegram:file/{item.get('file_id')}"
 
 
+def _chat_number(value: Any, what: str) -> str:
+    """A chat id as Telegram sends it: a JSON integer (never a bool, string or object)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadUpdate(f"{what} must be an integer")
+    return str(value)
+
+
 def migration(update: Any) -> Migration | None:
-    """The chat-id change a service message announces (either side of it), if any."""
+    """The chat-id change a service message announces (either side of it), if any.
+
+    Raises BadUpdate when either id is not an integer: a migration re-keys the chat's routes,
+    so a malformed one must change nothing.
+    """
     msg = update.get("message") if isinstance(update, dict) else None
     if not isinstance(msg, dict) or not isinstance(msg.get("chat"), dict):
         return None
-    chat_id = msg["chat"].get("id")
     if msg.get("migrate_to_chat_id") is not None:
-        return Migration(str(chat_id), str(msg["migrate_to_chat_id"]))
+        old = _chat_number(msg["chat"].get("id"), "chat.id")
+        return Migration(old, _chat_number(msg["migrate_to_chat_id"], "migrate_to_chat_id"))
     if msg.get("migrate_from_chat_id") is not None:
-        return Migration(str(msg["migrate_from_chat_id"]), str(chat_id))
+        old = _chat_number(msg["migrate_from_chat_id"], "migrate_from_chat_id")
+        return Migration(old, _chat_number(msg["chat"].get("id"), "chat.id"))
     return None
 
 

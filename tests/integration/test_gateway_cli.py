@@ -66,7 +66,29 @@ def test_up_runs_a_receiver_for_each_platform_with_credentials(hermes_env: dict[
             "HERMES_PLATFORMS__DISCORD__ENABLED": "false",
         }
     )
-    assert receivers(settings) == ["telegram"]
+    assert receivers(settings) == (["telegram"], {})
+
+
+def test_up_leaves_out_a_platform_its_receiver_would_refuse(hermes_env: dict[str, str]) -> None:
+    events_api = load_settings({**hermes_env, "HERMES_PLATFORMS__SLACK__TOKEN": "xoxb-1"})
+    started, skipped = receivers(events_api)
+    assert started == [] and "platforms.slack.signing_secret" in skipped["slack"]
+    socket_mode = load_settings(
+        {
+            **hermes_env,
+            "HERMES_PLATFORMS__SLACK__TOKEN": "xoxb-1",
+            "HERMES_PLATFORMS__SLACK__SOCKET_MODE": "true",
+        }
+    )
+    assert "platforms.slack.app_token" in receivers(socket_mode)[1]["slack"]
+    complete = load_settings(
+        {
+            **hermes_env,
+            "HERMES_PLATFORMS__SLACK__TOKEN": "xoxb-1",
+            "HERMES_PLATFORMS__SLACK__SIGNING_SECRET": SLACK_SECRET,
+        }
+    )
+    assert receivers(complete) == (["slack"], {})
 
 
 @pytest.mark.timeout(120)

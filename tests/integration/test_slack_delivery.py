@@ -104,3 +104,23 @@ def test_a_dropped_connection_is_retried_and_the_token_stays_out_of_logs(
     assert "IncompleteRead" in (row(sl_store, row_id).error or "")
     assert "chat.postMessage" in caplog.text
     assert TOKEN not in caplog.text
+
+
+def test_a_long_429_pauses_every_channel_a_short_one_only_its_own(
+    sl: Settings, sl_store: Store, fake: FakeSlack
+) -> None:
+    fake.script("chat.postMessage", "429:1")
+    with delivery_runtime(sl, sl_store) as (rt, _), delivery_runtime(sl, sl_store) as (rt2, _):
+        reply(sl_store, "slack", "C71", "short wait")
+        assert flush(rt, "slack:C71").reason == "cooldown"
+        reply(sl_store, "slack", "C72", "another channel is not held up")
+        assert flush(rt2, "slack:C72").sent == 1
+        fake.script("chat.postMessage", "429:8")
+        reply(sl_store, "slack", "C73", "tier limit")
+        result = flush(rt, "slack:C73")
+        assert (result.reason, result.retry_in) == ("cooldown", 8.0)
+        calls = len(fake.calls)
+        reply(sl_store, "slack", "C74", "held by the workspace cooldown")
+        held = flush(rt2, "slack:C74")
+        assert held.reason == "cooldown" and held.retry_in is not None and held.retry_in > 7
+        assert len(fake.calls) == calls

@@ -184,3 +184,47 @@ def test_a_group_that_became_a_supergroup_is_followed(
     with tg_store.read() as conn:
         home = chats.get_home_channel(conn, "telegram")
     assert home is not None and home.chat_id == "-1001112223334"
+
+
+def test_errors_after_a_migration_are_mapped_like_any_other(
+    tg: Settings, tg_store: Store, fake: FakeTelegram
+) -> None:
+    """The resend to the new id answers 429, then (later) 403: a cooldown, then a failure —
+    never a raw exception retried as if the network had dropped."""
+    fake.script("sendMessage", "migrate:-1005556667778", "429:1")
+    with delivery_runtime(tg, tg_store) as (rt, _):
+        first = reply(tg_store, "telegram", "-4055566677", "one")
+        result = flush(rt, "telegram:-4055566677")
+        assert (result.reason, result.retry_in) == ("cooldown", pytest.approx(1, abs=0.1))
+        assert "429" in (row(tg_store, first).error or "")
+        assert row(tg_store, first).attempts == 0  # a cooldown, not a failed attempt
+        time.sleep(1.05)
+        fake.blocked.add("-1005556667778")
+        assert flush(rt, "telegram:-1005556667778").reason == "idle"
+    assert row(tg_store, first).status == outbox.FAILED
+    assert "telegram 403" in (row(tg_store, first).error or "")
+    assert [str(c.params.get("chat_id")) for c in fake.calls] == [
+        "-4055566677",
+        "-1005556667778",
+        "-1005556667778",
+    ]
+
+
+def test_a_long_429_pauses_every_chat_of_the_bot_a_short_one_only_its_chat(
+    tg: Settings, tg_store: Store, fake: FakeTelegram
+) -> None:
+    fake.script("sendMessage", "429:1")
+    with delivery_runtime(tg, tg_store) as (rt, _), delivery_runtime(tg, tg_store) as (rt2, _):
+        reply(tg_store, "telegram", "771", "short wait")
+        assert flush(rt, "telegram:771").reason == "cooldown"
+        reply(tg_store, "telegram", "772", "another chat is not held up")
+        assert flush(rt2, "telegram:772").sent == 1
+        fake.script("sendMessage", "429:8")
+        reply(tg_store, "telegram", "773", "flooded")
+        result = flush(rt, "telegram:773")
+        assert result.reason == "cooldown" and result.retry_in == pytest.approx(8, abs=0.1)
+        calls = len(fake.calls)
+        reply(tg_store, "telegram", "774", "held by the bot-wide cooldown")
+        held = flush(rt2, "telegram:774")  # another worker, another chat: Redis holds it
+        assert held.reason == "cooldown" and held.retry_in is not None and held.retry_in > 7
+        assert len(fake.calls) == calls

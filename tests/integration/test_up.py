@@ -96,6 +96,39 @@ def test_up_runs_a_turn_end_to_end_and_stops_cleanly(
     assert not (hermes_home / "run" / "redis.sock").exists()
 
 
+@pytest.mark.timeout(120)
+def test_up_says_why_a_half_configured_platform_has_no_receiver(
+    hermes_env: dict[str, str],
+) -> None:
+    """A Slack token without its signing secret: one clear line, no receiver restart loop."""
+    env = {**hermes_env, "HERMES_PLATFORMS__SLACK__TOKEN": "xoxb-up-only-a-token"}
+    up = subprocess.Popen(
+        [sys.executable, "-m", "producers.cli.main", "up", "-w", "1", "-c", "1", "--no-beat"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            result = _hermes(env, "status", "--json")
+            if result.returncode == 0 and json.loads(result.stdout).get("workers"):
+                break
+            time.sleep(0.5)
+        time.sleep(3)  # a receiver that exits at once would have been restarted by now
+    finally:
+        up.send_signal(signal.SIGINT)
+        output, _ = up.communicate(timeout=60)
+    assert up.returncode == 0, output
+    lines = [line for line in output.splitlines() if "slack" in line]
+    assert lines == [
+        "slack receiver not started: the Slack Events API needs platforms.slack.signing_secret"
+    ], output
+    assert "restarting" not in output
+
+
 def test_status_says_when_nothing_is_running(hermes_env: dict[str, str]) -> None:
     result = _hermes(hermes_env, "status")
     assert result.returncode == 0

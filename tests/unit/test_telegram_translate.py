@@ -64,6 +64,31 @@ def test_the_new_supergroup_side_of_a_migration_is_seen_too() -> None:
 
 
 @pytest.mark.parametrize(
+    "fields",
+    [
+        {"migrate_to_chat_id": {"id": -1001112223334}},
+        {"migrate_to_chat_id": "-1001112223334"},
+        {"migrate_to_chat_id": "supergroup"},
+        {"migrate_to_chat_id": True},
+        {"migrate_to_chat_id": 1.5},
+        {"migrate_from_chat_id": "-4012345678"},
+        {"migrate_from_chat_id": [-4012345678]},
+        {"migrate_to_chat_id": -1001112223334, "chat": {"id": "g", "type": "group"}},
+    ],
+)
+def test_a_migration_with_an_id_that_is_not_an_integer_is_a_bad_update(
+    fields: dict[str, object],
+) -> None:
+    payload, _ = load("telegram", "migrate_to_chat_id")
+    message = {k: v for k, v in payload["message"].items() if k != "migrate_to_chat_id"}
+    update = {"update_id": 1, "message": {**message, **fields}}
+    with pytest.raises(BadUpdate, match="must be an integer"):
+        migration(update)
+    with pytest.raises(BadUpdate):
+        translate(update, bot_id=BOT)
+
+
+@pytest.mark.parametrize(
     "bad",
     [
         [],

@@ -7,7 +7,7 @@ import time
 from functools import partial
 from typing import Any
 
-from shared.redact import install_redaction
+from shared.redact import install_redaction, secrets_of
 from shared.settings import Settings
 from shared.store import chats
 from shared.store.engine import connect
@@ -49,23 +49,13 @@ class SenderRegistry:
                 closer()
 
 
-def _secrets(settings: Settings) -> list[str]:
-    found = []
-    for name in ("telegram", "slack", "discord"):
-        platform = getattr(settings.platforms, name)
-        for field in ("token", "webhook_secret", "signing_secret", "app_token"):
-            value = getattr(platform, field, None)
-            if value is not None:
-                found.append(value.get_secret_value())
-    return found
-
-
 def build_senders(settings: Settings, redis_client: Any | None) -> SenderRegistry:
     """Every platform this process can deliver to: the terminal always, others with credentials.
 
     Rate limits and split-reply progress live in `redis_client` (the broker) so every worker
     shares them; without one (a broker that is not Redis) they are per process, and say so.
     """
+    install_redaction(secrets_of(settings))  # model keys and URL passwords too, not only tokens
     registry = SenderRegistry([CliSender(redis_client)])
     platforms = settings.platforms
     configured = [
@@ -75,7 +65,6 @@ def build_senders(settings: Settings, redis_client: Any | None) -> SenderRegistr
     ]
     if not configured:
         return registry
-    install_redaction(_secrets(settings))
     if redis_client is None:
         log.warning("no Redis broker: rate limits and reply progress are per worker process")
     limiter: Limiter = RedisLimiter(redis_client) if redis_client is not None else LocalLimiter()

@@ -5,8 +5,10 @@ hard to read and may be truncated in places), so parts are 4,000 characters, spl
 paragraphs, lines or words. `&`, `<` and `>` are escaped as Slack's formatting requires, so the
 agent's text cannot turn into mentions or links. Replies to a thread go to that thread
 (`thread_ts`). Limits: about 1 message/s per channel (bursts of 3), shared across the fleet;
-a 429's Retry-After cools the channel down for every worker. Errors that will never succeed
-(channel not found, not in channel, archived, user gone, revoked token) → Undeliverable.
+a 429's Retry-After cools the channel down for every worker; one over 5 s is not the
+per-channel limit (our buckets keep to that) but a method's workspace-wide tier, so it cools
+every channel down. Errors that will never succeed (channel not found, not in channel,
+archived, user gone, revoked token) → Undeliverable.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from workers.delivery.split import SLACK_LIMIT, split_text
 PER_CHANNEL = (1.0, 3.0)
 PER_WORKSPACE = (20.0, 40.0)
 TIMEOUT = 30
+WORKSPACE_WIDE_AFTER = 5.0  # a 429 asking for a longer wait pauses every channel
 
 FATAL = frozenset(
     {
@@ -109,7 +112,11 @@ class SlackSender:
         if status == 429 or error == "ratelimited":
             headers = getattr(response, "headers", {}) or {}
             wait = _seconds(headers.get("Retry-After") or headers.get("retry-after"), 1.0)
-            self._limiter.cool_down(self.cooldowns(row.chat_id)[0], wait)
+            channel_key, workspace = self.cooldowns(row.chat_id)
+            self._limiter.cool_down(channel_key, wait)
+            if wait > WORKSPACE_WIDE_AFTER:
+                self._limiter.cool_down(workspace, wait)
+                return RetryLater(wait, f"slack 429 (whole workspace): retry after {wait:g} s")
             return RetryLater(wait, f"slack 429: retry after {wait:g} s")
         if status in (401, 403, 404) or error in FATAL:
             return Undeliverable(f"slack {status or ''} {error or 'refused'}".strip())

@@ -5,10 +5,13 @@
   repeated) on a retry (workers/delivery/progress.py).
 - Limits (Telegram's flood rules): about 1 message/s per chat, 20/min per group, 30/s for the
   bot, as shared token buckets (workers/delivery/ratelimit.py). A 429's retry_after becomes a
-  cooldown on that chat for every worker, and RetryLater for this one.
+  cooldown on that chat for every worker, and RetryLater for this one; one over 5 s
+  (BOT_WIDE_AFTER) cools the whole bot down too, since our buckets already keep each chat
+  within its own limits.
 - 403 (the user blocked the bot, or it was removed from the group) → Undeliverable; a 400 with
   migrate_to_chat_id (the group became a supergroup) → the stored chat id is updated and the
-  part is sent to the new id; network trouble → a plain exception (the flush backs off).
+  part is sent to the new id (its errors mapped the same way); network trouble → a plain
+  exception (the flush backs off).
 - Forum topics get `message_thread_id`; in groups the first part replies to the user's message.
 - The token is in every Bot API URL: nothing here logs a URL, and error text is redacted.
 """
@@ -34,6 +37,7 @@ PER_CHAT = (1.0, 3.0)  # tokens/s, burst
 PER_GROUP = (20 / 60, 20.0)
 PER_BOT = (30.0, 30.0)
 TIMEOUT = 30.0
+BOT_WIDE_AFTER = 5.0  # a 429 asking for a longer wait pauses the whole bot, not just the chat
 
 Migrate = Callable[[str, str], None]
 
@@ -162,33 +166,46 @@ class TelegramSender:
         self, row: OutboxRow, chat_id: str, text: str, *, first: bool
     ) -> tuple[str, str]:
         """Send one part; returns (message id, chat id it went to — new after a migration)."""
-        from telegram.error import (
-            BadRequest,
-            ChatMigrated,
-            Forbidden,
-            RetryAfter,
-            TelegramError,
-        )
+        from telegram.error import ChatMigrated, TelegramError
 
         try:
             return self._call(row, chat_id, text, first=first), chat_id
         except ChatMigrated as exc:
             new_id = str(exc.new_chat_id)
-            log.info("telegram chat %s migrated to %s", chat_id, new_id)
-            self._moved[row.chat_id] = new_id
-            if self._migrate is not None:
-                self._migrate(row.chat_id, new_id)
-            return self._call(row, new_id, text, first=first), new_id
-        except RetryAfter as exc:
-            wait = retry_after_seconds(exc)
-            self._limiter.cool_down(self.cooldowns(chat_id)[0], wait)
-            raise RetryLater(wait, f"telegram 429: retry after {wait:g} s") from None
-        except Forbidden as exc:
-            raise Undeliverable(f"telegram 403: {self._redact(str(exc))}") from None
-        except BadRequest as exc:
-            raise Undeliverable(f"telegram 400: {self._redact(str(exc))}") from None
         except (TelegramError, OSError, TimeoutError) as exc:
-            raise SendFailed(f"telegram: {type(exc).__name__}: {self._redact(str(exc))}") from None
+            raise self._map(chat_id, exc) from None
+        log.info("telegram chat %s migrated to %s", chat_id, new_id)
+        self._moved[row.chat_id] = new_id
+        if self._migrate is not None:
+            self._migrate(row.chat_id, new_id)
+        try:  # the resend's errors mean what they mean anywhere else, for the new id
+            return self._call(row, new_id, text, first=first), new_id
+        except (TelegramError, OSError, TimeoutError) as exc:
+            raise self._map(new_id, exc) from None
+
+    def _map(self, chat_id: str, exc: Exception) -> Exception:
+        """A Bot API error → what the flush does with it (RetryLater, Undeliverable, SendFailed).
+
+        A 429 cools the chat down for every worker. Telegram does not say which limit a 429
+        is for; our buckets keep each chat and group within its own limits, so a long wait
+        (over BOT_WIDE_AFTER) means the bot as a whole is flooded: it cools the bot-wide key
+        too, and every worker pauses every chat (as Discord's global 429 does).
+        """
+        from telegram.error import BadRequest, Forbidden, RetryAfter
+
+        if isinstance(exc, RetryAfter):
+            wait = retry_after_seconds(exc)
+            chat_key, bot_wide = self.cooldowns(chat_id)
+            self._limiter.cool_down(chat_key, wait)
+            if wait > BOT_WIDE_AFTER:
+                self._limiter.cool_down(bot_wide, wait)
+                return RetryLater(wait, f"telegram 429 (whole bot): retry after {wait:g} s")
+            return RetryLater(wait, f"telegram 429: retry after {wait:g} s")
+        if isinstance(exc, Forbidden):
+            return Undeliverable(f"telegram 403: {self._redact(str(exc))}")
+        if isinstance(exc, BadRequest):
+            return Undeliverable(f"telegram 400: {self._redact(str(exc))}")
+        return SendFailed(f"telegram: {type(exc).__name__}: {self._redact(str(exc))}")
 
     def _call(self, row: OutboxRow, chat_id: str, text: str, *, first: bool) -> str:
         from telegram import ReplyParameters
