@@ -1,4 +1,4 @@
-"""`hermes sessions browse`: an interactive picker; Enter prints the command that resumes."""
+"""`hermes sessions browse`: an interactive picker; Enter resumes the chat (or prints how)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import click
 from rich.cells import cell_len
 
-from producers.cli.app import App, fail, pass_app
+from producers.cli.app import App, fail, is_terminal, pass_app
 from producers.cli.render import NO_VALUE, crop, relative_time
 from shared.store import sessions as session_rows
 from shared.store.engine import guarded
@@ -154,7 +154,11 @@ def _recent(app: App) -> list[session_rows.SessionListing]:
 @click.command("browse")
 @pass_app
 def browse_cmd(app: App) -> None:
-    """Pick a session interactively (type to filter, arrows, Enter) and print how to resume it."""
+    """Pick a session interactively (type to filter, arrows, Enter) and resume its chat.
+
+    When stdout is not a terminal (`$(hermes sessions browse)`), Enter prints the command
+    that resumes it instead: `hermes --resume ID`.
+    """
     if not sys.stdin.isatty():
         fail("hermes sessions browse needs an interactive terminal; use `hermes sessions list`.", 2)
     rows = _recent(app)
@@ -164,4 +168,9 @@ def browse_cmd(app: App) -> None:
     chosen = pick(entries(rows, app.clock()))
     if chosen is None:
         click.get_current_context().exit(1)
-    click.echo(f"hermes --resume {chosen}")
+    if not is_terminal():
+        click.echo(f"hermes --resume {chosen}")
+        return
+    from producers.cli.chat import run_chat  # the chat's stack is heavy: only when it runs
+
+    run_chat(app, resume=chosen)

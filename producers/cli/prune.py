@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from producers.cli.app import App, pass_app
 from producers.cli.guard import store_command
 from producers.cli.render import confirm, human_bytes, local_date, plural, progress_bar
 from producers.cli.space import ReclaimError, reclaim
+from shared.settings import Settings
+from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
 
 DAY = 86_400.0
 PRUNE_BATCH = 500
-# Messages (with their FTS rows) deleted per write transaction, so turn writes never wait long.
-PRUNE_BATCH_MESSAGES = 20_000
+# Messages (with their FTS rows) deleted per write transaction, so turn writes never wait
+# long: the bound beat's retention sweep uses (workers/sweeps/prune.py).
+PRUNE_BATCH_MESSAGES = reclaim_store.BATCH_MESSAGES
 TITLES_SHOWN = 3
+
+
+def pacing(settings: Settings) -> reclaim_store.Pacing:
+    cfg = settings.maintenance
+    return reclaim_store.Pacing(
+        batch_sessions=PRUNE_BATCH,
+        batch_messages=PRUNE_BATCH_MESSAGES,
+        step_pages=cfg.vacuum_step_pages,
+        pause_s=cfg.vacuum_pause_ms / 1000,
+    )
 
 
 def describe(summary: session_rows.PruneSummary) -> str:
@@ -62,27 +77,21 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
     if not yes and not confirm("Delete them?"):
         click.echo("Aborted; nothing deleted.", err=True)
         click.get_current_context().exit(1)
-    deleted = messages = 0
+    paced = pacing(app.settings)
     with progress_bar(summary.sessions, "Pruning") as advance:
-        while True:
-            with store.write() as conn:
-                count, gone = session_rows.prune_batch(
-                    conn,
-                    ended_before=cutoff,
-                    source=source,
-                    limit=PRUNE_BATCH,
-                    max_messages=PRUNE_BATCH_MESSAGES,
-                )
-            if count == 0 and gone == 0:
-                break
-            deleted += count
-            messages += gone
-            advance(count)
+        deleted, messages = reclaim_store.prune_in_batches(
+            store,
+            ended_before=cutoff,
+            source=source,
+            pacing=paced,
+            sleep=time.sleep,
+            progress=lambda count, _messages: advance(count),
+        )
     click.echo(f"Deleted {plural(deleted, 'session')} ({plural(messages, 'message')}).")
     if not app.settings.sessions.vacuum_after_prune:
         return
     try:
-        sizes = reclaim(store) if deleted else None
+        sizes = reclaim(store, paced, warn=_warn, sleep=time.sleep) if deleted else None
     except ReclaimError as error:
         click.echo(f"Could not reclaim space now ({error}); the freed pages will be reused.")
         return
@@ -92,3 +101,7 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
             f"Reclaimed space: state.db was {human_bytes(before)} ({before:,} bytes), "
             f"now {human_bytes(after)} ({after:,} bytes)."
         )
+
+
+def _warn(text: str) -> None:
+    click.echo(f"Warning: {text}", err=True)

@@ -23,7 +23,14 @@ def sessions() -> None:
 
 @sessions.command("list")
 @click.option("--source", "-s", help="Only sessions from this source (cli, telegram, slack, ...).")
-@click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--limit",
+    "-n",
+    default=20,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Show at most this many sessions (1-10,000).",
+)
 @pass_app
 @store_command
 def list_cmd(app: App, source: str | None, limit: int) -> None:

@@ -136,8 +136,8 @@ def import_cmd(app: App, file: str) -> None:
             err=True,
         )
     click.echo(
-        f"Imported {report.imported} sessions ({report.messages} messages), "
-        f"skipped {report.skipped} already present, {len(report.bad)} bad lines."
+        f"Imported {plural(report.imported, 'session')} ({plural(report.messages, 'message')}), "
+        f"skipped {report.skipped:,} already present, {plural(len(report.bad), 'bad line')}."
     )
     if report.bad:
         click.get_current_context().exit(1)

@@ -39,6 +39,7 @@ IMPORT_BATCH_LINES = 100
 IMPORT_BATCH_MESSAGES = 5_000
 LINK_BATCH = 500
 INT64 = 2**63
+TOKEN_COLUMNS = ("input_tokens", "output_tokens")
 
 
 # --- export ---
@@ -149,14 +150,28 @@ def _check_value(column: Column[Any], value: Any, where: str) -> Any:
         return float(value)
     if not isinstance(value, str):
         raise BadLine(f"{where} must be a string")
+    return _utf8(value, where)
+
+
+def _utf8(value: str, where: str) -> str:
+    """`value` if the database can store it: JSON's \\ud800 escapes decode to lone surrogates,
+    which are no text and make the driver fail at insert time."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise BadLine(
+            f"{where} is not valid Unicode text (lone surrogate at character {error.start + 1})"
+        ) from None
     return value
 
 
 def _encode_tool_calls(value: Any, where: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return _utf8(value, where)
     if isinstance(value, list | dict):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return _utf8(json.dumps(value, ensure_ascii=False, separators=(",", ":")), where)
     raise BadLine(f"{where} must be a list, an object, a string or null")
 
 
@@ -194,6 +209,12 @@ def _session_values(doc: dict[str, Any]) -> dict[str, Any]:
     for name in ("id", "source"):
         if not values[name].strip():
             raise BadLine(f"{name} cannot be empty")
+    for name in TOKEN_COLUMNS:
+        if values.get(name, 0) < 0:
+            raise BadLine(f"{name} cannot be negative")
+    ended = values.get("ended_at")
+    if ended is not None and ended < values["started_at"]:
+        raise BadLine("ended_at cannot be before started_at")
     return values
 
 
@@ -208,6 +229,8 @@ def _check_title(values: dict[str, Any]) -> None:
     if label is not None and label not in {source.label for source in TitleSource}:
         known = ", ".join(source.label for source in TitleSource)
         raise BadLine(f"title_source must be one of {known}")
+    if values.get("title") is not None and label is None:
+        values["title_source"] = TitleSource.USER.label  # a title someone chose and kept
 
 
 def _message_rows(value: Any, started_at: float) -> list[dict[str, Any]]:
@@ -227,6 +250,8 @@ def _message_rows(value: Any, started_at: float) -> list[dict[str, Any]]:
                 row[name] = _check_value(messages.c[name], item[name], f"{where}: {name}")
         if not row["role"]:
             raise BadLine(f"{where} needs a role")
+        if row["token_count"] is not None and row["token_count"] < 0:
+            raise BadLine(f"{where}: token_count cannot be negative")
         if row["timestamp"] is None:
             row["timestamp"] = previous
         previous = row["timestamp"]
@@ -316,8 +341,13 @@ class _Importer:
         except BadLine as error:
             self.report.bad.append((number, str(error)))
             return
-        except exc.IntegrityError as error:
+        except exc.StatementError as error:
+            # IntegrityError, DataError, a value the driver cannot bind…: this line only (its
+            # savepoint is rolled back); the rest of the batch stands.
             self.report.bad.append((number, f"rejected by the database: {error.orig}"))
+            return
+        except UnicodeEncodeError as error:  # the driver's own, unwrapped: text it cannot bind
+            self.report.bad.append((number, f"rejected by the database: {error.reason}"))
             return
         if written is None:
             self.report.skipped += 1

@@ -308,3 +308,31 @@ def reclaim_step(conn: Any, pages: int) -> int:
         return int(cursor.execute("PRAGMA freelist_count").fetchone()[0])
     finally:
         cursor.close()
+
+
+def file_bytes(path: Path) -> tuple[int, int]:
+    """Bytes of state.db and of its -wal (0 for a file that is not there)."""
+    sizes = []
+    for candidate in (path, Path(f"{path}-wal")):
+        try:
+            sizes.append(candidate.stat().st_size)
+        except OSError:
+            sizes.append(0)
+    return sizes[0], sizes[1]
+
+
+def try_truncate_wal(dbapi_conn: sqlite3.Connection) -> bool:
+    """Cut the -wal file back to zero bytes if nobody needs it right now; never waits.
+
+    TRUNCATE waits (holding writers off) for readers of the WAL to finish; with the busy
+    timeout at 0 it gives up at once instead, leaving the WAL for SQLite to reuse. Run it
+    outside a transaction, after a PASSIVE checkpoint has copied the WAL in.
+    """
+    dbapi_conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        busy, _frames, _copied = wal_checkpoint(dbapi_conn, "TRUNCATE")
+    except sqlite3.OperationalError:  # SQLITE_BUSY: a writer holds the lock
+        return False
+    finally:
+        dbapi_conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return busy == 0

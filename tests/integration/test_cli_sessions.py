@@ -332,3 +332,10 @@ def test_an_unusable_hermes_home_is_one_line_and_exit_2(
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert blocker.read_text() == "not a directory"
+
+
+def test_list_limit_has_help(settings: Settings) -> None:
+    result = invoke(settings, ["sessions", "list", "--help"])
+    assert result.exit_code == 0
+    option = result.output[result.output.index("--limit") :]
+    assert "Show at most this many sessions" in " ".join(option.split())

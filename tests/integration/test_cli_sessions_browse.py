@@ -5,6 +5,11 @@ Also the progress bars, which only a terminal sees.
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
+import subprocess
+from io import StringIO
 from pathlib import Path
 
 import pytest
@@ -24,6 +29,8 @@ from tests.integration.test_cli_sessions_support import (
 )
 
 pexpect = pytest.importorskip("pexpect")
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|[\x08\r]")
 
 NEWEST = "20250615_120000_c0ffee"
 MIDDLE = "20250615_110000_beef0000"
@@ -115,29 +122,71 @@ def finish(child: pexpect.spawn) -> tuple[str, int]:
     return str(child.before), int(child.exitstatus)
 
 
+def captured(env: dict[str, str], *args: str) -> pexpect.spawn:
+    """`hermes ARGS` with stdout captured by the shell (`$(...)`), the picker on the pty."""
+    env = {**env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1", "NO_COLOR": "1"}
+    command = " ".join([shlex.quote(str(HERMES)), *map(shlex.quote, args)])
+    script = f'out=$({command}); code=$?; echo "captured: $out"; exit $code'
+    return pexpect.spawn(
+        "/bin/sh", ["-c", script], env=env, encoding="utf-8", timeout=30, dimensions=(30, 140)
+    )
+
+
 def test_browse_type_to_filter_then_enter_prints_the_resume_line(
     hermes_env: dict[str, str], three: Store
 ) -> None:
-    child = spawn(hermes_env, "sessions", "browse")
+    child = captured(hermes_env, "sessions", "browse")
     child.expect("Esc quit")
     # Keys are handled in order: the filter has applied by the time Enter is read.
     child.send("sourdough")
     child.send("\r")
-    child.expect(r"hermes --resume (\S+)\r\n")
+    child.expect(r"captured: hermes --resume (\S+)\r\n")
     assert child.match.group(1) == MIDDLE
     _rest, status = finish(child)
     assert status == 0
 
 
 def test_browse_arrow_keys_move_the_selection(hermes_env: dict[str, str], three: Store) -> None:
-    child = spawn(hermes_env, "sessions", "browse")
+    child = captured(hermes_env, "sessions", "browse")
     child.expect("Esc quit")
     child.send("\x1b[B")  # down
     child.send("\x1b[B")  # down
     child.send("\r")
-    child.expect(r"hermes --resume (\S+)\r\n")
+    child.expect(r"captured: hermes --resume (\S+)\r\n")
     assert child.match.group(1) == OLDEST
     assert finish(child)[1] == 0
+
+
+def test_browse_on_a_terminal_resumes_the_chat(
+    hermes_env: dict[str, str], hermes_home: Path, three: Store
+) -> None:
+    child = spawn({**hermes_env, "TERM": "xterm-256color"}, "sessions", "browse")
+    child.logfile_read = log = StringIO()
+    try:
+        child.expect("Esc quit")
+        child.send("kyoto")
+        child.send("\r")
+        child.expect("Type a message", timeout=60)
+        child.expect("●")
+        child.sendcontrol("d")
+        _rest, status = finish(child)
+    finally:
+        if child.isalive():
+            child.close(force=True)
+        _stop_leftover_stack(hermes_home)
+    shown = ANSI.sub("", log.getvalue())
+    assert status == 0, shown
+    assert "hermes --resume" not in shown  # it ran the chat instead of printing the command
+    assert OLDEST in shown and "temples to visit" in shown  # the resumed session's recap
+
+
+def _stop_leftover_stack(hermes_home: Path) -> None:
+    record = hermes_home / "run" / "chat-stack.json"
+    leftover = json.loads(record.read_text()) if record.exists() else None
+    if leftover:  # a failed test must not leave the processes it started
+        for pid in (leftover.get("worker"), leftover.get("redis")):
+            subprocess.run(["kill", str(pid)], check=False, capture_output=True)
+    assert leftover is None, "the chat left its embedded stack running"
 
 
 def test_browse_escape_quits_without_a_resume_line(

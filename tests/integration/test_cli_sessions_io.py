@@ -342,3 +342,42 @@ def test_import_rejects_invalid_utf8_by_line(
     assert result.exit_code == 1
     assert result.stderr.startswith("line 2: not UTF-8 text")
     assert session_ids(store) == ["u1"]
+
+
+def test_a_lone_surrogate_is_a_bad_line_and_the_good_lines_stay(
+    settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    # Valid JSON (json.dumps escapes it as \ud800) that no UTF-8 database can store.
+    bad = json.dumps(
+        {
+            "id": "sur",
+            "source": "cli",
+            "started_at": NOW,
+            "messages": [{"role": "user", "content": "bad \ud800", "timestamp": NOW}],
+        }
+    )
+    assert "\\ud800" in bad
+    path = tmp_path / "surrogate.jsonl"
+    path.write_text(good("s-before") + "\n" + bad + "\n" + good("s-after") + "\n")
+    result = invoke(settings, ["sessions", "import", str(path)])
+    assert result.exit_code == 1
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stderr == "line 2: message 1: content is not valid Unicode text" + (
+        " (lone surrogate at character 5)\n"
+    )
+    assert result.stdout == (
+        "Imported 2 sessions (2 messages), skipped 0 already present, 1 bad line.\n"
+    )
+    assert session_ids(store) == ["s-after", "s-before"] and message_total(store) == 2
+
+
+def test_the_import_summary_counts_in_words(
+    settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_text(good("only") + "\n")
+    result = invoke(settings, ["sessions", "import", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        "Imported 1 session (1 message), skipped 0 already present, 0 bad lines.\n"
+    )

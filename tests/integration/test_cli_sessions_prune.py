@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from datetime import datetime
+from types import SimpleNamespace
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
+from sqlalchemy.pool import Pool
 
 from producers.cli import prune
-from producers.cli.prune import PRUNE_BATCH
+from producers.cli.prune import PRUNE_BATCH, PRUNE_BATCH_MESSAGES
+from producers.cli.space import FULL_VACUUM_WARNING
 from shared.settings import Settings
-from shared.store import Store
+from shared.store import Store, open_store
 from shared.store.messages import append_message
 from shared.store.sessions import create_session, end_session, get_session, prune_batch, stats
 from tests.integration.test_cli_sessions_support import (
@@ -161,7 +169,7 @@ def test_prune_respects_vacuum_after_prune_false(hermes_env: dict[str, str], mix
 def test_a_failed_vacuum_still_reports_the_prune(
     settings: Settings, mixed: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def locked(_store: Store) -> None:
+    def locked(_store: Store, *_args: object, **_kw: object) -> None:
         raise prune.ReclaimError("database is locked")
 
     monkeypatch.setattr(prune, "reclaim", locked)
@@ -212,3 +220,134 @@ def test_a_session_over_the_bound_goes_in_slices_and_counters_follow(mixed: Stor
         assert conn.execute(text("PRAGMA integrity_check")).scalar_one() == "ok"
     assert after.messages == left  # the kept counters match the rows
     assert before.messages - after.messages == sum(m for _, m in steps)
+
+
+def _old_sessions(store: Store, count: int) -> None:
+    body = "lorem ipsum dolor sit amet " * 80
+    seed(
+        store,
+        *(
+            Seed(
+                f"20250101_{i:06d}_abcdef",
+                started=NOW - 200 * DAY,
+                ended=NOW - 100 * DAY,
+                messages=[Msg("user", body), Msg("assistant", body)],
+            )
+            for i in range(count)
+        ),
+    )
+
+
+class _Interleave:
+    """The prune's pause, made to wait until a concurrent writer has committed once more:
+    proof that turn writes get in between the prune's write transactions."""
+
+    def __init__(self) -> None:
+        self.pauses = 0
+        self.commits = 0
+        self.changed = threading.Condition()
+
+    def committed(self) -> None:
+        with self.changed:
+            self.commits += 1
+            self.changed.notify_all()
+
+    def sleep(self, _seconds: float) -> None:
+        self.pauses += 1
+        with self.changed:
+            target = self.commits + 1
+            assert self.changed.wait_for(lambda: self.commits >= target, timeout=30)
+
+
+@contextmanager
+def _statements() -> Iterator[list[str]]:
+    """Every SQL statement any new SQLite connection runs, as SQLite itself traces them."""
+    seen: list[str] = []
+
+    def trace(dbapi_conn: sqlite3.Connection, _record: object) -> None:
+        dbapi_conn.set_trace_callback(seen.append)
+
+    event.listen(Pool, "connect", trace)
+    try:
+        yield seen
+    finally:
+        event.remove(Pool, "connect", trace)
+
+
+def _file_bytes(store: Store) -> int:
+    """state.db alone, with every committed page copied in from the WAL."""
+    assert store.path is not None
+    with closing(sqlite3.connect(store.path, isolation_level=None)) as conn:
+        assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+    return store.path.stat().st_size
+
+
+def test_prune_gives_space_back_in_steps_while_a_writer_keeps_committing(
+    settings: Settings, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _old_sessions(store, 300)
+    seed(store, Seed("20250615_000000_ffffff", messages=[Msg("user", "survivor")]))
+    size_before = _file_bytes(store)
+    pace = _Interleave()
+    monkeypatch.setattr(prune, "time", SimpleNamespace(sleep=pace.sleep))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    writer = open_store(settings.resolved_database_url)  # its own engine and writer gate
+
+    def chat() -> None:
+        try:
+            while not stop.is_set():
+                with writer.write() as conn:
+                    append_message(conn, "20250615_000000_ffffff", "user", "still here", now=NOW)
+                pace.committed()
+                time.sleep(0.002)
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+            pace.committed()  # release a waiting pause; the test fails on `errors`
+
+    with _statements() as seen:
+        thread = threading.Thread(target=chat)
+        thread.start()
+        try:
+            result = invoke(settings, ["sessions", "prune", "--yes"])
+        finally:
+            stop.set()
+            thread.join(30)
+            writer.close()
+    assert result.exit_code == 0, result.output
+    assert errors == []
+    assert "Deleted 300 sessions (600 messages)." in result.stdout
+    assert "Reclaimed space: state.db was" in result.stdout and "Warning" not in result.output
+    vacuums = [sql for sql in seen if sql.strip().upper().startswith("VACUUM")]
+    assert vacuums == []  # no full VACUUM: it would hold every writer off until it ends
+    assert any("incremental_vacuum" in sql for sql in seen)
+    # Deletes (200 messages each) and reclaim steps paused, and a write got in at every pause.
+    assert pace.pauses >= 600 // PRUNE_BATCH_MESSAGES + 1
+    assert pace.commits >= pace.pauses
+    with store.read() as conn:
+        assert conn.execute(text("PRAGMA freelist_count")).scalar_one() == 0
+        assert conn.execute(text("PRAGMA integrity_check")).scalar_one() == "ok"
+    assert _file_bytes(store) < size_before / 2
+    assert message_total(store) == 1 + pace.commits
+
+
+def test_an_old_file_without_incremental_vacuum_falls_back_to_vacuum_with_a_warning(
+    settings: Settings, store: Store
+) -> None:
+    _old_sessions(store, 100)
+    assert store.path is not None
+    with closing(sqlite3.connect(store.path, isolation_level=None)) as old:
+        old.execute("PRAGMA auto_vacuum = NONE")
+        old.execute("VACUUM")  # as a file made before incremental auto-vacuum
+        assert old.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    result = invoke(settings, ["sessions", "prune", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "Deleted 100 sessions (200 messages)." in result.stdout
+    assert result.stderr == f"Warning: {FULL_VACUUM_WARNING}\n"
+    assert "locks out every writer" in result.stderr
+    match = re.search(r"\(([\d,]+) bytes\), now .* \(([\d,]+) bytes\)", result.stdout)
+    assert match, result.stdout
+    before, after = (int(group.replace(",", "")) for group in match.groups())
+    assert after < before / 2
+    with store.read() as conn:
+        assert conn.execute(text("PRAGMA freelist_count")).scalar_one() == 0

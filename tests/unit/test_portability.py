@@ -95,11 +95,51 @@ def test_a_self_parent_is_dropped() -> None:
         (line(messages=[{"role": "user", "timestamp": "noon"}]), "message 1: timestamp"),
         (line(messages=[{"role": "user", "tool_calls": 3}]), "message 1: tool_calls"),
         (line(messages=[{"role": "user", "content": ["a"]}]), "message 1: content"),
+        (line(messages=[{"role": "user", "content": "bad \ud800"}]), "message 1: content is not"),
+        (line(title="t\udfff"), "title is not valid Unicode text"),
+        (line(user_id="\ud800"), "user_id is not valid Unicode text"),
+        (line(messages=[{"role": "user", "tool_calls": ["\ud83d"]}]), "message 1: tool_calls"),
+        (line(messages=[{"role": "tool", "tool_calls": "x\udc00"}]), "message 1: tool_calls"),
+        (line(input_tokens=-1), "input_tokens cannot be negative"),
+        (line(output_tokens=-5), "output_tokens cannot be negative"),
+        (line(messages=[{"role": "user", "token_count": -2}]), "message 1: token_count cannot"),
+        (line(ended_at=NOW - 1), "ended_at cannot be before started_at"),
     ],
 )
 def test_bad_lines_say_why(raw: str, reason: str) -> None:
     with pytest.raises(port.BadLine, match=reason.replace("(", r"\(")):
         port.parse_line(raw)
+
+
+def test_a_lone_surrogate_escape_is_valid_json_but_a_bad_line() -> None:
+    raw = (
+        '{"id":"s","source":"cli","started_at":1,'
+        '"messages":[{"role":"user","content":"bad \\ud800"}]}'
+    )
+    assert json.loads(raw)["messages"][0]["content"] == "bad \ud800"  # the JSON itself is fine
+    with pytest.raises(port.BadLine, match="lone surrogate at character 5"):
+        port.parse_line(raw)
+
+
+def test_zero_tokens_and_an_end_at_the_start_are_fine() -> None:
+    parsed = port.parse_line(
+        line(
+            input_tokens=0,
+            output_tokens=3,
+            ended_at=NOW,
+            messages=[{"role": "user", "token_count": 0}],
+        )
+    )
+    assert parsed.values["ended_at"] == NOW and parsed.messages[0]["token_count"] == 0
+
+
+def test_a_title_without_its_source_is_the_users() -> None:
+    assert port.parse_line(line(title="named")).values["title_source"] == "user"
+    assert (
+        port.parse_line(line(title="named", title_source="auto")).values["title_source"] == "auto"
+    )
+    assert "title_source" not in port.parse_line(line()).values
+    assert "title_source" not in port.parse_line(line(title=None)).values
 
 
 def test_bytes_that_are_not_utf8_are_a_bad_line() -> None:
@@ -196,6 +236,40 @@ def test_a_line_that_fails_in_the_database_leaves_nothing(
     assert report.imported == 2 and report.messages == 2
     assert [number for number, _ in report.bad] == [2]
     assert "rejected by the database" in report.bad[0][1]
+    assert counts(store) == (2, 2)
+    with store.read() as conn:
+        assert get_session(conn, "broken") is None
+
+
+@pytest.mark.parametrize(
+    ("spoil", "reason"),
+    [
+        # Not an IntegrityError: the driver refuses to bind a dict (a DBAPIError).
+        (lambda row: {**row, "content": {"not": "text"}}, "rejected by the database"),
+        # The driver's own UnicodeEncodeError, which SQLAlchemy does not wrap.
+        (lambda row: {**row, "content": "bad \ud800"}, "rejected by the database"),
+    ],
+    ids=["unbindable", "surrogate"],
+)
+def test_any_database_error_is_one_bad_line_and_the_batch_stands(
+    store: Store, monkeypatch: pytest.MonkeyPatch, spoil: Any, reason: str
+) -> None:
+    real = port.parse_line
+
+    def sabotage(raw: bytes | str) -> port.ParsedSession:
+        parsed = real(raw)  # checked clean, then spoiled past the checks
+        if parsed.id == "broken":
+            return port.ParsedSession(parsed.values, None, [spoil(parsed.messages[0])])
+        return parsed
+
+    monkeypatch.setattr(port, "parse_line", sabotage)
+    one = [{"role": "user", "content": "x", "timestamp": NOW}]
+    report = port.import_lines(
+        store,
+        [(n, line(id=sid, messages=one)) for n, sid in enumerate(("a", "broken", "b"), 1)],
+    )
+    assert (report.imported, report.messages) == (2, 2)
+    assert [number for number, _ in report.bad] == [2] and reason in report.bad[0][1]
     assert counts(store) == (2, 2)
     with store.read() as conn:
         assert get_session(conn, "broken") is None

@@ -12,9 +12,11 @@ import logging
 import time
 from dataclasses import dataclass
 
+from sqlalchemy import Connection
+
 from shared.maintenance import prune_due
-from shared.store import leases, meta, sqlite
-from shared.store import sessions as session_rows
+from shared.store import leases, meta
+from shared.store import reclaim as reclaim_store
 from workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -59,26 +61,37 @@ def sweep(rt: Runtime, *, force: bool = False) -> PruneReport:
             leases.release_named(conn, lease)
 
 
-def _pause(rt: Runtime) -> None:
-    time.sleep(rt.settings.maintenance.vacuum_pause_ms / 1000)
+def _pacing(rt: Runtime) -> reclaim_store.Pacing:
+    cfg = rt.settings.maintenance
+    return reclaim_store.Pacing(
+        batch_sessions=BATCH_SESSIONS,
+        batch_messages=BATCH_MESSAGES,
+        step_pages=cfg.vacuum_step_pages,
+        pause_s=cfg.vacuum_pause_ms / 1000,
+    )
+
+
+def _lease_guard(rt: Runtime, lease: leases.Lease | None) -> reclaim_store.Guard | None:
+    """Every write transaction first checks that the lease is still ours."""
+    if lease is None:
+        return None
+
+    def check(conn: Connection) -> None:
+        leases.check_named(conn, lease, rt.clock(), LEASE_TTL)
+
+    return check
 
 
 def _run(rt: Runtime, lease: leases.Lease) -> PruneReport:
     cfg = rt.settings.sessions
     cutoff = rt.clock() - cfg.retention_days * 86400
-    sessions = messages = 0
-    while True:
-        with rt.store.write() as conn:
-            leases.check_named(conn, lease, rt.clock(), LEASE_TTL)
-            gone, taken = session_rows.prune_batch(
-                conn, ended_before=cutoff, limit=BATCH_SESSIONS, max_messages=BATCH_MESSAGES
-            )
-        sessions += gone
-        messages += taken
-        if gone == 0 and taken == 0:
-            break
-        _checkpoint(rt)
-        _pause(rt)
+    sessions, messages = reclaim_store.prune_in_batches(
+        rt.store,
+        ended_before=cutoff,
+        pacing=_pacing(rt),
+        sleep=time.sleep,
+        guard=_lease_guard(rt, lease),
+    )
     before = after = freed = 0
     if sessions and cfg.vacuum_after_prune:
         before, after, freed = reclaim(rt, lease)
@@ -93,42 +106,10 @@ def reclaim(rt: Runtime, lease: leases.Lease | None = None) -> tuple[int, int, i
     """Give free pages back in small write transactions: (file bytes before, after, pages)."""
     if rt.store.path is None:
         return 0, 0, 0
-    step = rt.settings.maintenance.vacuum_step_pages
-    with rt.store.read() as conn:
-        raw = conn.connection.dbapi_connection
-        assert raw is not None
-        if sqlite.auto_vacuum_mode(raw) != sqlite.INCREMENTAL:  # type: ignore[arg-type]
-            log.warning("state.db has no incremental auto-vacuum; freed pages stay for reuse")
-            return 0, 0, 0
-        left = sqlite.free_pages(raw)  # type: ignore[arg-type]
-    before = _checkpointed_size(rt)
-    freed = 0
-    while left > 0:
-        with rt.store.write() as conn:
-            if lease is not None:
-                leases.check_named(conn, lease, rt.clock(), LEASE_TTL)
-            remaining = sqlite.reclaim_step(conn, step)
-        freed += left - remaining
-        left = remaining
-        _checkpoint(rt)
-        _pause(rt)
-    return before, _checkpointed_size(rt), freed
-
-
-def _checkpoint(rt: Runtime) -> None:
-    """Copy the WAL into state.db from here, outside the write lock (PASSIVE: it waits for
-    nobody), so the pages a batch wrote never make a turn's commit run the checkpoint."""
-    if rt.store.path is None:
-        return
-    raw = rt.store.engine.raw_connection()
-    try:
-        sqlite.wal_checkpoint(raw.driver_connection, "PASSIVE")  # type: ignore[arg-type]
-    finally:
-        raw.close()
-
-
-def _checkpointed_size(rt: Runtime) -> int:
-    """state.db's size once the WAL is copied in."""
-    _checkpoint(rt)
-    assert rt.store.path is not None
-    return rt.store.path.stat().st_size
+    if not reclaim_store.incremental(rt.store):
+        log.warning("state.db has no incremental auto-vacuum; freed pages stay for reuse")
+        return 0, 0, 0
+    done = reclaim_store.reclaim_space(
+        rt.store, pacing=_pacing(rt), sleep=time.sleep, guard=_lease_guard(rt, lease)
+    )
+    return done.bytes_before, done.bytes_after, done.pages_freed

@@ -1,0 +1,89 @@
+"""shared.store.reclaim: bounded delete batches, a guard in every write, space back in steps."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Connection, text
+
+from shared.store import Store
+from shared.store import reclaim as reclaim_store
+from shared.store import sessions as session_rows
+from shared.store.messages import append_message
+
+NOW = 1_750_000_000.0
+DAY = 86_400.0
+
+
+def _ended(store: Store, count: int, messages: int) -> None:
+    body = "lorem ipsum dolor sit amet " * 40
+    with store.write() as conn:
+        for i in range(count):
+            sid = f"20250101_{i:06d}_abcdef"
+            session_rows.create_session(conn, session_id=sid, source="cli", now=NOW - 200 * DAY)
+            for _ in range(messages):
+                append_message(conn, sid, "user", body, now=NOW - 200 * DAY)
+            session_rows.end_session(conn, sid, "idle", NOW - 100 * DAY)
+
+
+def _count(store: Store, table: str) -> int:
+    with store.read() as conn:
+        return int(conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one())
+
+
+def test_batches_stay_within_their_bounds_and_pause_after_each(store: Store) -> None:
+    _ended(store, 30, 4)
+    pacing = reclaim_store.Pacing(batch_sessions=7, batch_messages=10, pause_s=0.5)
+    heard: list[tuple[int, int]] = []
+    paused: list[float] = []
+    done = reclaim_store.prune_in_batches(
+        store,
+        ended_before=NOW - 90 * DAY,
+        pacing=pacing,
+        sleep=paused.append,
+        progress=lambda s, m: heard.append((s, m)),
+    )
+    assert done == (30, 120)
+    assert all(s <= 7 and m <= 10 for s, m in heard)
+    assert sum(s for s, _ in heard) == 30 and sum(m for _, m in heard) == 120
+    assert paused == [0.5] * len(heard)
+    assert _count(store, "sessions") == 0 and _count(store, "messages") == 0
+
+
+def test_a_failing_guard_stops_the_prune_before_its_batch(store: Store) -> None:
+    _ended(store, 10, 2)
+    calls: list[bool] = []
+
+    def guard(conn: Connection) -> None:
+        assert conn.in_transaction()
+        calls.append(True)
+        if len(calls) == 3:
+            raise RuntimeError("lease lost")
+
+    pacing = reclaim_store.Pacing(batch_sessions=2, batch_messages=200)
+    with pytest.raises(RuntimeError, match="lease lost"):
+        reclaim_store.prune_in_batches(
+            store, ended_before=NOW, pacing=pacing, sleep=lambda _s: None, guard=guard
+        )
+    assert _count(store, "sessions") == 6  # two batches of two went; the third never ran
+
+
+def test_space_comes_back_in_steps_of_the_given_size(store: Store) -> None:
+    _ended(store, 40, 5)
+    reclaim_store.prune_in_batches(
+        store, ended_before=NOW, pacing=reclaim_store.Pacing(), sleep=lambda _s: None
+    )
+    assert reclaim_store.incremental(store)
+    steps: list[int] = []
+    guarded: list[bool] = []
+    done = reclaim_store.reclaim_space(
+        store,
+        pacing=reclaim_store.Pacing(step_pages=16),
+        sleep=lambda _s: None,
+        guard=lambda _conn: guarded.append(True),
+        progress=steps.append,
+    )
+    assert len(steps) > 1 and all(0 < step <= 16 for step in steps)
+    assert done.pages_freed == sum(steps) and len(guarded) == len(steps)
+    assert done.bytes_after < done.bytes_before
+    with store.read() as conn:
+        assert conn.execute(text("PRAGMA freelist_count")).scalar_one() == 0
