@@ -19,7 +19,7 @@ from rich.console import Console
 
 from producers.cli.app import App, fail, pass_app
 from producers.cli.chat_client import NothingToResume, TerminalChat
-from producers.cli.chat_stack import ChatStack
+from producers.cli.chat_stack import ChatStack, WorkerExited
 from producers.stack.embedded_redis import EmbeddedRedisError
 from producers.wake import BrokerWaker, broker_client
 from shared.turns import Attachment
@@ -136,12 +136,17 @@ def run_chat(
             stack.ensure()
         except EmbeddedRedisError as exc:
             fail(f"hermes: {exc}", 2)
-        if repl is not None:
-            code = repl.run(resumed)
-        else:
-            assert query is not None
-            files = tuple(attachment_for(p) for p in attach)
-            code = _one_shot(terminal, notes, query, files, timeout)
+        try:
+            if repl is not None:
+                repl.health = stack.check_worker
+                code = repl.run(resumed)
+            else:
+                assert query is not None
+                files = tuple(attachment_for(p) for p in attach)
+                code = _one_shot(terminal, notes, query, files, timeout, stack.check_worker)
+        except WorkerExited as exc:
+            notes.print(f"hermes: {exc}", style="red", markup=False, soft_wrap=True)
+            code = 1
     finally:
         hang_up()
         terminal.close()
@@ -162,12 +167,13 @@ def _one_shot(
     text: str,
     attachments: tuple[Attachment, ...],
     timeout: float,
+    health: Callable[[], None] = lambda: None,
 ) -> int:
     """`-q`: the reply on stdout (nothing else), the session id on stderr."""
     if not text.strip() and not attachments:
         raise click.UsageError("-q needs some text")
     turn_id = terminal.send(text, attachments)
-    outcome = terminal.wait(turn_id, timeout=timeout)
+    outcome = terminal.wait(turn_id, timeout=timeout, tick=lambda _waited, _status: health())
     session_id = terminal.session_id() or terminal.chat_id
     if outcome is None:
         notes.print(

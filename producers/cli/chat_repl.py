@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,8 @@ class Repl:
         self.console = console
         self.notes = notes
         self.pending: list[Attachment] = []
+        # Raises when the worker this chat started is gone (set by the chat command).
+        self.health: Callable[[], None] = lambda: None
 
     def header(self) -> None:
         """The first line: which hermes, which model (printed before the stack comes up)."""
@@ -162,6 +165,7 @@ class Repl:
         with self.console.status("thinking…", spinner="dots") as status:
 
             def tick(waited: float, state: str) -> None:
+                self.health()
                 if state == inbox.WAITING and waited > SLOW_WORKER_SECONDS:
                     status.update("waiting for a worker… (`hermes status` shows what is running)")
                 else:

@@ -68,6 +68,10 @@ def _stop_pid(pid: int, marker: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+class WorkerExited(Exception):
+    """The worker this chat started is gone: no reply will come."""
+
+
 class ChatStack:
     def __init__(self, settings: Settings, say: Callable[[str], None]) -> None:
         self.settings = settings
@@ -118,6 +122,20 @@ class ChatStack:
         socket = str(broker.socket_path)
         record = {"redis": broker.pid, "worker": self._worker.pid, "socket": socket}
         self.record.write_text(json.dumps(record))  # for the last chat out to stop
+
+    def check_worker(self) -> None:
+        """Raise WorkerExited if the worker this chat started has exited (a broken install,
+        a crash): waiting for its reply would spin forever."""
+        if self._worker is None or self._worker.poll() is None:
+            return
+        log = self.run_dir / "chat-worker.log"
+        last = ""
+        with contextlib.suppress(OSError):
+            lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+            last = f": {lines[-1].strip()}" if lines else ""
+        raise WorkerExited(
+            f"the local worker exited (code {self._worker.returncode}){last}; see {log}"
+        )
 
     def close(self) -> None:
         if self._clients is None:

@@ -21,7 +21,10 @@ COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red"]
 
 
 def hermes_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "producers.cli.main", *args]
+    """`hermes ARGS` as a child process. `-P`: the working directory is not put on sys.path,
+    so a folder named shared/, workers/ or producers/ where the user runs hermes cannot
+    shadow ours."""
+    return [sys.executable, "-P", "-m", "producers.cli.main", *args]
 
 
 def receivers(settings: Settings) -> tuple[list[str], dict[str, str]]:

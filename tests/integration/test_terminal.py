@@ -4,6 +4,7 @@ panel, /title, -q — on a fresh HERMES_HOME with nothing running and nothing co
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -245,6 +246,27 @@ def test_one_shot_prints_only_the_reply_and_continues_with_c(
     assert not (hermes_home / "run" / "chat-stack.json").exists()
 
 
+def test_a_folder_named_like_our_packages_where_hermes_runs_changes_nothing(
+    term_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The worker the chat starts must import our code, not ./shared or ./workers of the
+    directory the user happens to be in."""
+    project = tmp_path / "someones-project"
+    for name in ("shared", "workers", "producers"):
+        (project / name).mkdir(parents=True)
+        (project / name / "__init__.py").write_text("raise ImportError('decoy imported')\n")
+    result = subprocess.run(
+        [hermes_bin(), "chat", "-q", "decoy check"],
+        env=term_env,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith("echo: decoy check\n")
+
+
 def _run_with(env: dict[str, str], stdin: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [hermes_bin(), *args], env=env, input=stdin, capture_output=True, text=True, timeout=120
@@ -412,3 +434,19 @@ def test_with_hermes_up_running_the_chat_uses_it(
         up.send_signal(signal.SIGINT)
         up.communicate(timeout=60)
     assert up.returncode == 0
+
+
+def test_a_chat_whose_worker_died_says_so_instead_of_waiting_forever(
+    terminals: list[Terminal], term_env: dict[str, str], hermes_home: Path
+) -> None:
+    chat = start(terminals, term_env).ready()
+    chat.say("first", expect="echo: first")  # the worker is up and answering
+    record = json.loads((hermes_home / "run" / "chat-stack.json").read_text())
+    os.kill(record["worker"], signal.SIGKILL)
+    chat.child.sendline("second")
+    chat.child.expect("the local worker exited", timeout=30)
+    chat.child.expect(pexpect.EOF, timeout=30)
+    chat.child.close()
+    assert chat.child.exitstatus == 1
+    assert "chat-worker.log" in chat.text()
+    assert not (hermes_home / "run" / "chat-stack.json").exists()  # the rest was stopped
