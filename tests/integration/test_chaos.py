@@ -7,6 +7,8 @@ that the checker catches exactly the failure the lease prevents.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import random
 import signal
 import sqlite3
@@ -159,16 +161,26 @@ def test_chaos_every_turn_exactly_once_in_order(tmp_path: Path, hermes_env: dict
         assert duplicates == len(picks)
         assert verdict.ok, verdict.violations[:10]
         assert verdict.messages == 2 * keys * turns_each
-        # Every session the paused worker was mid-turn on was taken over (its fence moved on),
-        # and the checks above show the paused worker's late writes landed nowhere.
+        # At least one session the paused worker was mid-turn on was taken over while it was
+        # stopped (checked before SIGCONT), and the checks above show that its late writes
+        # there landed nowhere. (Its other sessions it may simply finish once resumed.)
         after = _fences(fleet.home / "state.db", list(in_flight))
-        assert all(after[key] > fence for key, fence in in_flight.items()), (in_flight, after)
+        assert any(after[key] > fence for key, fence in in_flight.items()), (in_flight, after)
     finally:
         fleet.stop()
 
 
 def _write_lock_free(db: Path) -> bool:
-    """True if another connection can take SQLite's write lock within half a second."""
+    """True if nobody holds the writers' gate (the flock hermes writers queue on) nor SQLite's
+    write lock: a holder paused with either would stall every other worker, not be fenced."""
+    gate = os.open(f"{db}-writer.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(gate)
     conn = sqlite3.connect(db, timeout=0.5, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -268,7 +280,9 @@ def test_chaos_checker_catches_a_drain_without_the_lease(
         opened(settings).close()
         for _ in range(2):
             fleet.start_worker(concurrency=8)
-        _produce(settings, fleet, chats, 10, 0.0, expected, sent, threading.Lock())
+        lock = threading.Lock()
+        for chat in chats:  # each chat's turns in one burst: its wake-ups overlap
+            _produce(settings, fleet, [chat], 10, 0.0, expected, sent, lock)
         _wait_done(settings, 120)
         store = opened(settings)
         verdict = verify(store, expected)
