@@ -28,7 +28,6 @@ import random
 import shutil
 import sqlite3
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
@@ -39,6 +38,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import corpus
+from bench.store import ms, pct, progress, say, workspace
 from shared.ports import RecordingWaker
 from shared.settings import load_settings
 from shared.store import sqlite as store_sqlite
@@ -49,25 +49,6 @@ TARGETS = {"ours_max_stall_ms": 250.0, "ours_failed_writes": 0}
 FULL = (20_000, 1_000_000)
 QUICK = (1_000, 50_000)
 RETENTION_DAYS = 90
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
-
-
-def progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
 
 
 # --- the store ------------------------------------------------------------------------------
@@ -316,19 +297,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if not 0 < args.share < 1:
         parser.error("--share must be between 0 and 1")
     return args
-
-
-@contextmanager
-def workspace(keep: Path | None) -> Iterator[Path]:
-    if keep is not None:
-        keep.mkdir(parents=True, exist_ok=True)
-        yield keep
-        return
-    tmp = Path(tempfile.mkdtemp(prefix="hermes-bench-maintenance-"))
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
