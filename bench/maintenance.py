@@ -38,7 +38,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import corpus
-from bench.store import ms, pct, progress, say, workspace
+from bench.store import build, ms, pct, progress, say, workspace
+from bench.store import checkpoint as store_checkpoint
 from shared.ports import RecordingWaker
 from shared.settings import load_settings
 from shared.store import sqlite as store_sqlite
@@ -54,26 +55,9 @@ RETENTION_DAYS = 90
 # --- the store ------------------------------------------------------------------------------
 
 
-def build(path: Path, sessions: int, messages: int, seed: int) -> None:
-    last = [0.0]
-
-    def report(done: int, total: int) -> None:
-        now = time.perf_counter()
-        if now - last[0] > 5 or done == total:
-            last[0] = now
-            progress(f"  built {done:,}/{total:,} messages")
-
-    built = corpus.build_store(
-        path, sessions=sessions, messages=messages, seed=seed, progress=report
-    )
-    say(f"built {built.sessions:,} sessions / {built.messages:,} messages in {built.seconds:.1f} s")
-
-
 def checkpoint(path: Path) -> int:
     """Copy the WAL into the file (TRUNCATE) and return the file's size."""
-    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        conn.execute(f"PRAGMA busy_timeout = {store_sqlite.BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store_checkpoint(path)
     return path.stat().st_size
 
 
@@ -310,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for stale in workdir.glob("*.db*"):
                 stale.unlink()
-            build(origin, args.sessions, args.messages, args.seed)
+            build(origin, args.sessions, args.messages, args.seed, workers=1)
         size = checkpoint(origin)
         ours_path, plain_path = workdir / "state.db", workdir / "plain.db"
         for stale in [*workdir.glob("state.db*"), *workdir.glob("plain.db*")]:

@@ -6,9 +6,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sqlalchemy import select
+
 from shared.ports import RecordingWaker
 from shared.settings import Settings
-from shared.store import Store
+from shared.store import Store, messages
+from shared.store.schema import routes
 from shared.turns import InboundTurn
 from workers.agent.base import AgentReply, AgentRequest, NewMessage
 from workers.agent.offline import OfflineAgent
@@ -68,3 +71,12 @@ def make_runtime(
         renewer=Renewer(store, clock, settings.pipeline.lease_seconds),
     )
     return runtime, waker
+
+
+def transcript_of(store: Store, key: str) -> list[tuple[str, str]]:
+    """(role, content) of the session `key` routes to, in order."""
+    with store.read() as conn:
+        session_id = conn.execute(
+            select(routes.c.session_id).where(routes.c.session_key == key)
+        ).scalar_one()
+        return [(m.role, m.content or "") for m in messages.transcript(conn, session_id)]

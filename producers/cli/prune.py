@@ -10,7 +10,6 @@ from producers.cli.app import App, pass_app
 from producers.cli.guard import store_command
 from producers.cli.render import confirm, human_bytes, local_date, plural, progress_bar
 from producers.cli.space import ReclaimError, reclaim
-from shared.settings import Settings
 from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
 
@@ -20,16 +19,6 @@ PRUNE_BATCH = 500
 # long: the bound beat's retention sweep uses (workers/sweeps/prune.py).
 PRUNE_BATCH_MESSAGES = reclaim_store.BATCH_MESSAGES
 TITLES_SHOWN = 3
-
-
-def pacing(settings: Settings) -> reclaim_store.Pacing:
-    cfg = settings.maintenance
-    return reclaim_store.Pacing(
-        batch_sessions=PRUNE_BATCH,
-        batch_messages=PRUNE_BATCH_MESSAGES,
-        step_pages=cfg.vacuum_step_pages,
-        pause_s=cfg.vacuum_pause_ms / 1000,
-    )
 
 
 def describe(summary: session_rows.PruneSummary) -> str:
@@ -77,7 +66,7 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
     if not yes and not confirm("Delete them?"):
         click.echo("Aborted; nothing deleted.", err=True)
         click.get_current_context().exit(1)
-    paced = pacing(app.settings)
+    paced = reclaim_store.pacing_for(app.settings.maintenance, batch_sessions=PRUNE_BATCH)
     with progress_bar(summary.sessions, "Pruning") as advance:
         deleted, messages = reclaim_store.prune_in_batches(
             store,

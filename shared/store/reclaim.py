@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
+from shared.settings import MaintenanceSettings
 from shared.store import sqlite
 from shared.store.engine import Store
 from shared.store.sessions import prune_batch
@@ -24,8 +25,9 @@ from shared.store.sessions import prune_batch
 Guard = Callable[[Connection], None]
 Sleep = Callable[[float], None]
 BATCH_SESSIONS = 50
-# Deleting a message costs its FTS5 and trigram entries too: at a million messages a batch of
-# 300 held the write lock up to ~100 ms, 100 up to ~45 ms (bench/maintenance.py).
+# Deleting a message costs its FTS5 and trigram entries too (and the merges they start): at a
+# million messages a batch of 300 held the write lock up to ~100 ms and wrote ~5,000 WAL pages,
+# 100 up to ~45 ms. bench/maintenance.py measures the stall a turn write sees.
 BATCH_MESSAGES = 200
 
 
@@ -37,6 +39,16 @@ class Pacing:
     batch_messages: int = BATCH_MESSAGES
     step_pages: int = 256  # free pages given back per write transaction
     pause_s: float = 0.02  # after each batch or step, so queued turn writes go first
+
+
+def pacing_for(maintenance: MaintenanceSettings, *, batch_sessions: int = BATCH_SESSIONS) -> Pacing:
+    """The pacing `maintenance.vacuum_step_pages` and `.vacuum_pause_ms` ask for."""
+    return Pacing(
+        batch_sessions=batch_sessions,
+        batch_messages=BATCH_MESSAGES,
+        step_pages=maintenance.vacuum_step_pages,
+        pause_s=maintenance.vacuum_pause_ms / 1000,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,20 +129,8 @@ def test_prune_with_nothing_to_do(settings: Settings, mixed: Store) -> None:
 
 def test_prune_in_batches_reclaims_space(hermes_env: dict[str, str], store: Store) -> None:
     count = PRUNE_BATCH + 37
-    text = "lorem ipsum dolor sit amet " * 80
-    seed(
-        store,
-        *(
-            Seed(
-                f"20250101_{i:06d}_abcdef",
-                started=NOW - 200 * DAY,
-                ended=NOW - 100 * DAY,
-                messages=[Msg("user", text), Msg("assistant", text)],
-            )
-            for i in range(count)
-        ),
-        Seed("20250615_000000_ffffff", messages=[Msg("user", "survivor")]),
-    )
+    _old_sessions(store, count)
+    seed(store, Seed("20250615_000000_ffffff", messages=[Msg("user", "survivor")]))
     done = hermes(hermes_env, "sessions", "prune", "--yes")
     assert done.returncode == 0, done.stderr
     assert f"Deleted {count:,} sessions ({2 * count:,} messages)." in done.stdout

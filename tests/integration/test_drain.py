@@ -10,11 +10,11 @@ from sqlalchemy import select, text
 
 from producers.intake import accept
 from shared.settings import Settings, load_settings
-from shared.store import Store, inbox, leases, messages, outbox
+from shared.store import Store, inbox, leases, outbox
 from shared.store.schema import inbox as inbox_table
 from shared.store.schema import routes
 from shared.turns import TurnRejected
-from tests.pipeline_helpers import ScriptedAgent, make_runtime, turn
+from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
 from workers.agent.offline import OfflineAgent
 from workers.deliver import flush
 from workers.delivery.base import MemorySender, RetryLater
@@ -38,14 +38,6 @@ def _sent(rt: object) -> list[str]:
     return [row.text for row in rt.senders.get("cli").sent]  # type: ignore[attr-defined]
 
 
-def _transcript(store: Store, key: str) -> list[tuple[str, str]]:
-    with store.read() as conn:
-        session_id = conn.execute(
-            select(routes.c.session_id).where(routes.c.session_key == key)
-        ).scalar_one()
-        return [(m.role, m.content or "") for m in messages.transcript(conn, session_id)]
-
-
 def test_turns_run_in_arrival_order_once_each(fast_settings: Settings, store: Store) -> None:
     rt, waker = make_runtime(fast_settings, store, ScriptedAgent())
     keys = {
@@ -54,7 +46,7 @@ def test_turns_run_in_arrival_order_once_each(fast_settings: Settings, store: St
     }
     (key,) = keys
     assert drain(rt, key).ran == 3
-    assert _transcript(store, key) == [
+    assert transcript_of(store, key) == [
         ("user", "message 0"),
         ("assistant", "reply to message 0"),
         ("user", "message 1"),
@@ -157,7 +149,7 @@ def test_a_fenced_out_holder_writes_nothing(fast_settings: Settings, store: Stor
     release_a.set()
     thread.join(10)
     assert result_a[0].reason == "lost"  # type: ignore[attr-defined]
-    assert _transcript(store, key) == [("user", "message 0"), ("assistant", "reply from B")]
+    assert transcript_of(store, key) == [("user", "message 0"), ("assistant", "reply from B")]
 
 
 def test_lease_fence_only_grows(store: Store) -> None:
@@ -210,7 +202,7 @@ def test_stop_cancels_the_running_turn(fast_settings: Settings, store: Store) ->
         rows = conn.execute(select(inbox_table.c.status).order_by(inbox_table.c.seq)).scalars()
         assert list(rows) == ["cancelled", "done"]
     assert _sent(rt) == ["Stopped the reply in progress."]
-    assert _transcript(store, key) == [("user", "message 0")]
+    assert transcript_of(store, key) == [("user", "message 0")]
 
 
 def test_delivery_keeps_chat_order_and_honours_retry_after(

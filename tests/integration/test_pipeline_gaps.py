@@ -20,10 +20,9 @@ from producers.cli.app import App
 from producers.cli.main import cli
 from producers.intake import Accepted, accept
 from shared.settings import Settings, load_settings
-from shared.store import Store, inbox, leases, messages, open_store
+from shared.store import Store, inbox, leases, open_store
 from shared.store.schema import inbox as inbox_table
-from shared.store.schema import routes
-from tests.pipeline_helpers import ScriptedAgent, make_runtime, turn
+from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
 from workers.agent.base import AgentRequest
 from workers.drain import drain
 from workers.redrive import redrive
@@ -46,14 +45,6 @@ def second_store(settings: Settings, store: Store) -> Iterator[Store]:
     opened = open_store(settings.resolved_database_url)
     yield opened
     opened.close()
-
-
-def _transcript(store: Store, key: str) -> list[tuple[str, str]]:
-    with store.read() as conn:
-        session_id = conn.execute(
-            select(routes.c.session_id).where(routes.c.session_key == key)
-        ).scalar_one()
-        return [(m.role, m.content or "") for m in messages.transcript(conn, session_id)]
 
 
 def _take_write_lock(settings: Settings, timeout: float) -> None:
@@ -111,7 +102,7 @@ def test_a_long_turn_keeps_its_lease_and_holds_no_transaction(
     assert [(r.ran, r.reason) for r in results] == [(1, "idle")]  # type: ignore[attr-defined]
     assert lock_taken == [True]
     assert agent.calls == ["message 0"] and other_agent.calls == []
-    assert _transcript(store, key) == [
+    assert transcript_of(store, key) == [
         ("user", "message 0"),
         ("assistant", "slow reply to message 0"),
     ]
@@ -170,7 +161,7 @@ def test_first_messages_racing_from_many_stores_make_one_gap_free_line(
         rt.renewer.close()
     with store.read() as conn:
         assert conn.execute(text("SELECT count(*) FROM sessions")).scalar_one() == 1
-    said = [content for role, content in _transcript(store, key) if role == "user"]
+    said = [content for role, content in transcript_of(store, key) if role == "user"]
     assert said == in_order
     assert sorted(said) == sorted(f"message {n}" for n in range(RACERS))
 
@@ -200,13 +191,7 @@ def test_status_json_reports_the_inbox(settings: Settings, store: Store) -> None
         inbox.finish_turn(conn, stale.turn_id, inbox.DONE, now - 990)
         inbox.finish_turn(conn, dead.turn_id, inbox.DEAD, now - 40, error="model exploded")
 
-    app = App(settings_loader=lambda: settings)
-    try:
-        result = CliRunner().invoke(cli, ["status", "--json"], obj=app)
-    finally:
-        app.close()
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = _status_json(settings)
     assert report["waiting_turns"] == 3
     assert report["running_turns"] == 0
     assert 600 <= report["oldest_waiting_seconds"] < 600 + 300
@@ -215,14 +200,20 @@ def test_status_json_reports_the_inbox(settings: Settings, store: Store) -> None
     assert report["broker_reachable"] is False and report["workers"] == []
 
 
-def test_status_json_on_an_empty_inbox(settings: Settings, store: Store) -> None:
+def _status_json(settings: Settings) -> dict[str, object]:
+    """`hermes status --json`, run through click against `settings`."""
     app = App(settings_loader=lambda: settings)
     try:
         result = CliRunner().invoke(cli, ["status", "--json"], obj=app)
     finally:
         app.close()
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report: dict[str, object] = json.loads(result.output)
+    return report
+
+
+def test_status_json_on_an_empty_inbox(settings: Settings, store: Store) -> None:
+    report = _status_json(settings)
     assert (report["waiting_turns"], report["oldest_waiting_seconds"]) == (0, None)
     assert (report["leases_held"], report["dead_turns"]) == (0, 0)
 

@@ -24,11 +24,6 @@ log = logging.getLogger(__name__)
 LEASE = "maintenance:prune"
 LEASE_TTL = 120.0
 LAST_RUN = "prune.last_run"
-BATCH_SESSIONS = 50
-# Deleting a message costs its FTS5 and trigram entries too (and the merges they start): at a
-# million messages a batch of 300 held the write lock up to ~100 ms and wrote ~5,000 WAL pages,
-# 100 up to ~45 ms. bench/maintenance.py measures the stall a turn write sees.
-BATCH_MESSAGES = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,16 +56,6 @@ def sweep(rt: Runtime, *, force: bool = False) -> PruneReport:
             leases.release_named(conn, lease)
 
 
-def _pacing(rt: Runtime) -> reclaim_store.Pacing:
-    cfg = rt.settings.maintenance
-    return reclaim_store.Pacing(
-        batch_sessions=BATCH_SESSIONS,
-        batch_messages=BATCH_MESSAGES,
-        step_pages=cfg.vacuum_step_pages,
-        pause_s=cfg.vacuum_pause_ms / 1000,
-    )
-
-
 def _lease_guard(rt: Runtime, lease: leases.Lease | None) -> reclaim_store.Guard | None:
     """Every write transaction first checks that the lease is still ours."""
     if lease is None:
@@ -88,7 +73,7 @@ def _run(rt: Runtime, lease: leases.Lease) -> PruneReport:
     sessions, messages = reclaim_store.prune_in_batches(
         rt.store,
         ended_before=cutoff,
-        pacing=_pacing(rt),
+        pacing=reclaim_store.pacing_for(rt.settings.maintenance),
         sleep=time.sleep,
         guard=_lease_guard(rt, lease),
     )
@@ -110,6 +95,9 @@ def reclaim(rt: Runtime, lease: leases.Lease | None = None) -> tuple[int, int, i
         log.warning("state.db has no incremental auto-vacuum; freed pages stay for reuse")
         return 0, 0, 0
     done = reclaim_store.reclaim_space(
-        rt.store, pacing=_pacing(rt), sleep=time.sleep, guard=_lease_guard(rt, lease)
+        rt.store,
+        pacing=reclaim_store.pacing_for(rt.settings.maintenance),
+        sleep=time.sleep,
+        guard=_lease_guard(rt, lease),
     )
     return done.bytes_before, done.bytes_after, done.pages_freed
