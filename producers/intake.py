@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlalchemy import Connection
+
 from shared.commands import parse_command
 from shared.ports import Clock, Waker
 from shared.session_key import SessionKey, derive_session_key
 from shared.settings import Settings
-from shared.store import Store, inbox, leases
+from shared.store import Store, inbox
 from shared.turns import InboundTurn, validate_turn
 
 
@@ -49,14 +51,17 @@ def accept(
     validate_turn(turn, max_text_chars=settings.pipeline.max_text_chars)
     key = key_for(turn, settings)
     command = parse_command(turn.text)
-    with store.write() as conn:
+
+    def record(conn: Connection) -> inbox.Recorded:
         now = clock()
         recorded = inbox.record_turn(
             conn, turn, key, now=now, kind="command" if command else "message"
         )
         if not recorded.duplicate and command is not None and command.name == "stop":
             inbox.request_stop(conn, key.key, now)
-        # A drain holding the key's lease finds this turn before it lets go: no wake-up needed.
-        held = leases.route_held(conn, key.key, now)
-    woken = held or waker.drain(key.key)
+        return recorded
+
+    recorded = store.run_write(record)
+    # A duplicate event gets a wake-up too: its first delivery's may have been lost.
+    woken = recorded.lease_held or waker.drain(key.key)
     return Accepted(recorded.turn_id, key.key, recorded.seq, recorded.duplicate, woken)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -34,8 +35,11 @@ class SessionRecord:
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> SessionRecord:
-        data = row._mapping
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        return cls.from_mapping(row._mapping)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[Any, Any]) -> SessionRecord:
+        return cls(**{name: data[name] for name in _FIELDS[cls] if name in data})
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -56,8 +60,11 @@ class MessageRecord:
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> MessageRecord:
-        data = row._mapping
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        return cls.from_mapping(row._mapping)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[Any, Any]) -> MessageRecord:
+        return cls(**{name: data[name] for name in _FIELDS[cls] if name in data})
 
     @property
     def tool_call_list(self) -> list[dict[str, Any]]:
@@ -72,3 +79,9 @@ class MessageRecord:
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# Field names per record type, looked up once (rows are turned into records on hot paths).
+_FIELDS: dict[type, tuple[str, ...]] = {
+    cls: tuple(f.name for f in fields(cls)) for cls in (SessionRecord, MessageRecord)
+}

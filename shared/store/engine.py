@@ -12,6 +12,7 @@ from sqlalchemy import Connection, Engine, create_engine, exc, text
 
 from shared.store import migrate, sqlite
 from shared.store.errors import StoreError
+from shared.store.group_commit import GroupCommit
 
 T = TypeVar("T")
 
@@ -19,17 +20,21 @@ T = TypeVar("T")
 class Store:
     """state.db for one process. `write()` is one short transaction; `read()` a consistent view."""
 
-    def __init__(self, engine: Engine, path: Path | None) -> None:
+    def __init__(self, engine: Engine, path: Path | None, write_engine: Engine | None = None):
         self._engine = engine
-        self._writer = engine.execution_options(**{sqlite.BEGIN_OPTION: "IMMEDIATE"})
+        # SQLite: writers have a connection of their own, used by one thread at a time (the
+        # gate's), so a writer never waits for a connection that readers hold, and readers
+        # never wait for connections that queued writers hold.
+        self._write_engine = write_engine or engine
+        self._writer = self._write_engine.execution_options(**{sqlite.BEGIN_OPTION: "IMMEDIATE"})
         self._pid = os.getpid()
         self.path = path
-        # SQLite has one writer at a time. Writers queue at a gate (a mutex within the process,
-        # a kernel file lock across processes) that wakes the next one the moment the last one
-        # commits, instead of in SQLite's busy handler, which polls with sleeps of up to 100 ms
-        # and so leaves the lock idle while writers wait.
-        self._write_lock = (
-            sqlite.WriterGate(path) if engine.dialect.name == "sqlite" and path else None
+        # SQLite has one writer at a time: a process's writers queue for it together and
+        # those that queued share one transaction (group_commit.py).
+        self._group = (
+            GroupCommit(Path(f"{path}-writer.lock"), self._writer.connect)
+            if engine.dialect.name == "sqlite" and path
+            else None
         )
 
     @property
@@ -59,18 +64,35 @@ class Store:
     def write(self) -> Iterator[Connection]:
         """One write transaction (BEGIN IMMEDIATE on SQLite): commit on exit, roll back on error."""
         self._check_process()
-        if self._write_lock is None:
+        if self._group is None:
             with self._corrupt_is_store_error(), self._writer.begin() as conn:
                 yield conn
             return
-        with self._write_lock, self._corrupt_is_store_error(), self._writer.begin() as conn:
+        with self._corrupt_is_store_error(), self._group.unit() as conn:
             yield conn
+
+    def run_write(self, work: Callable[[Connection], T]) -> T:
+        """`work(conn)` as one write transaction; returns its result once committed.
+
+        The same as `with store.write() as conn: return work(conn)`, except that on SQLite
+        whichever thread holds the write transaction may run it (group_commit.py): use it on
+        hot paths, with functions that do not depend on the thread running them.
+        """
+        self._check_process()
+        with self._corrupt_is_store_error():
+            if self._group is None:
+                with self._writer.begin() as conn:
+                    return work(conn)
+            return self._group.run(work)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        """A read-only unit of work; nothing it does is committed."""
+        """A read-only unit of work on one snapshot; nothing it does is committed."""
         self._check_process()
         with self._corrupt_is_store_error(), self._engine.connect() as conn:
+            # Begun here, not on the first Core statement: hot statements run on the driver's
+            # cursor (prepared.py), and every statement must see the same snapshot.
+            conn.begin()
             try:
                 yield conn
             finally:
@@ -78,6 +100,8 @@ class Store:
 
     def close(self) -> None:
         self._engine.dispose()
+        if self._write_engine is not self._engine:
+            self._write_engine.dispose()
         if self.path is not None:
             sqlite.secure_files(self.path)
 
@@ -91,8 +115,11 @@ def connect(url: str) -> Store:
         sqlite.prepare_file(path)
         engine = create_engine(url, pool_size=8, max_overflow=8)
         sqlite.install_hooks(engine)
-    else:
-        engine = create_engine(url, pool_pre_ping=True)
+        # One thread writes at a time (the gate); its connection stays open between writes.
+        writes = create_engine(url, pool_size=1, max_overflow=0)
+        sqlite.install_hooks(writes)
+        return Store(engine, path, writes)
+    engine = create_engine(url, pool_pre_ping=True)
     return Store(engine, path)
 
 

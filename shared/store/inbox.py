@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    and_,
+    bindparam,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 
 from shared.session_key import SessionKey
+from shared.store.prepared import Prepared
 from shared.store.schema import inbox, routes
 from shared.turns import InboundTurn
 
@@ -19,12 +32,10 @@ DEAD = "dead"
 CANCELLED = "cancelled"
 OPEN_STATUSES = (WAITING, RUNNING)
 
-# The open statuses are rendered into the SQL, not bound: SQLite uses the partial index
+# The open statuses are written into the SQL, not bound: SQLite uses the partial index
 # ix_inbox_open (WHERE status IN ('waiting', 'running')) only when it can see the values, and
 # otherwise walks every turn the key ever had.
-_IS_OPEN = inbox.c.status.in_(
-    bindparam("b_open", OPEN_STATUSES, expanding=True, literal_execute=True)
-)
+_IS_OPEN = inbox.c.status.in_([literal_column(f"'{status}'") for status in OPEN_STATUSES])
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +44,9 @@ class Recorded:
     session_key: str
     seq: int
     duplicate: bool
+    # A drain held the key's lease when the turn was recorded: it finds the turn before it lets
+    # go (it looks for the next turn and releases in one write), so no wake-up is needed.
+    lease_held: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,30 +77,59 @@ class TurnRow:
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> TurnRow:
-        data = row._mapping
+        return cls.from_mapping(row._mapping)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[Any, Any]) -> TurnRow:
         return cls(**{name: data[name] for name in _TURN_FIELDS if name in data})
 
 
 _TURN_FIELDS = tuple(f.name for f in fields(TurnRow))
 
-# Hot statements are built once and executed with bound values (see leases.py).
-_FIND_EVENT = select(inbox.c.id, inbox.c.session_key, inbox.c.seq).where(
-    inbox.c.platform == bindparam("b_platform"), inbox.c.event_id == bindparam("b_event")
+# Hot statements: built once, run on the driver's cursor (see prepared.py).
+_FIND_EVENT = Prepared(
+    select(inbox.c.id, inbox.c.session_key, inbox.c.seq).where(
+        inbox.c.platform == bindparam("b_platform"), inbox.c.event_id == bindparam("b_event")
+    )
 )
-_BUMP_SEQ = (
+# The arrival counter's bump also tells whether a drain holds the key right now.
+_BUMP_SEQ = Prepared(
     update(routes)
     .where(routes.c.session_key == bindparam("b_key"))
     .values(next_seq=routes.c.next_seq + 1, updated_at=bindparam("b_now"))
-    .returning(routes.c.next_seq)
+    .returning(routes.c.next_seq, routes.c.lease_holder, routes.c.lease_expires_at)
 )
 _INSERT_ROUTE = insert(routes)
-_INSERT_TURN = insert(inbox)
-_NEXT_OPEN = (
-    select(inbox).where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN).order_by(inbox.c.seq)
-).limit(1)
+_TURN_COLUMNS = (
+    "platform",
+    "event_id",
+    "session_key",
+    "seq",
+    "kind",
+    "chat_id",
+    "chat_type",
+    "thread_id",
+    "user_id",
+    "user_name",
+    "message_id",
+    "reply_to",
+    "text",
+    "attachments",
+    "status",
+    "received_at",
+)
+_INSERT_TURN = Prepared(
+    insert(inbox).values({name: bindparam(name) for name in _TURN_COLUMNS}).returning(inbox.c.id)
+)
+_NEXT_OPEN = Prepared(
+    select(inbox)
+    .where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN)
+    .order_by(inbox.c.seq)
+    .limit(1)
+)
 _HAS_OPEN = select(inbox.c.id).where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN).limit(1)
 _GET_TURN = select(inbox).where(inbox.c.id == bindparam("b_id"))
-_MARK_RUNNING = (
+_MARK_RUNNING = Prepared(
     update(inbox)
     .where(inbox.c.id == bindparam("b_id"))
     .values(
@@ -97,7 +140,7 @@ _MARK_RUNNING = (
         not_before=None,
     )
 )
-_FINISH = (
+_FINISH = Prepared(
     update(inbox)
     .where(inbox.c.id == bindparam("b_id"))
     .values(
@@ -112,17 +155,20 @@ _POSTPONE = (
 
 
 def find_event(conn: Connection, platform: str, event_id: str) -> Recorded | None:
-    row = conn.execute(_FIND_EVENT, {"b_platform": platform, "b_event": event_id}).first()
+    row = _FIND_EVENT.first(conn, {"b_platform": platform, "b_event": event_id})
     if row is None:
         return None
-    return Recorded(row.id, row.session_key, row.seq, duplicate=True)
+    return Recorded(row["id"], row["session_key"], row["seq"], duplicate=True)
 
 
-def _next_seq(conn: Connection, turn: InboundTurn, key: str, now: float) -> int:
-    """Bump the key's arrival counter (creating its route row); the row lock orders arrivals."""
-    seq = conn.execute(_BUMP_SEQ, {"b_key": key, "b_now": now}).scalar()
-    if seq is not None:
-        return int(seq)
+def _next_seq(conn: Connection, turn: InboundTurn, key: str, now: float) -> tuple[int, bool]:
+    """Bump the key's arrival counter (creating its route row); the row lock orders arrivals.
+    Also says whether a drain holds the key's lease at this moment."""
+    route = _BUMP_SEQ.first(conn, {"b_key": key, "b_now": now})
+    if route is not None:
+        expires = route["lease_expires_at"]
+        held = route["lease_holder"] is not None and expires is not None and expires > now
+        return int(route["next_seq"]), held
     conn.execute(
         _INSERT_ROUTE,
         {
@@ -137,7 +183,7 @@ def _next_seq(conn: Connection, turn: InboundTurn, key: str, now: float) -> int:
             "updated_at": now,
         },
     )
-    return 1
+    return 1, False
 
 
 def record_turn(
@@ -147,9 +193,9 @@ def record_turn(
     seen = find_event(conn, turn.platform, turn.event_id)
     if seen is not None:
         return seen
-    seq = _next_seq(conn, turn, key.key, now)
-    result = conn.execute(
-        _INSERT_TURN,
+    seq, held = _next_seq(conn, turn, key.key, now)
+    turn_id = _INSERT_TURN.scalar(
+        conn,
         {
             "platform": turn.platform,
             "event_id": turn.event_id,
@@ -169,9 +215,7 @@ def record_turn(
             "received_at": now,
         },
     )
-    pk = result.inserted_primary_key
-    assert pk is not None
-    return Recorded(int(pk[0]), key.key, seq, duplicate=False)
+    return Recorded(int(turn_id), key.key, seq, duplicate=False, lease_held=held)
 
 
 def request_stop(conn: Connection, key: str, now: float) -> bool:
@@ -184,8 +228,8 @@ def request_stop(conn: Connection, key: str, now: float) -> bool:
 
 def next_open_turn(conn: Connection, key: str) -> TurnRow | None:
     """The oldest turn of `key` not yet finished (a `running` one was left by a dead worker)."""
-    row = conn.execute(_NEXT_OPEN, {"b_key": key}).first()
-    return TurnRow.from_row(row) if row else None
+    row = _NEXT_OPEN.first(conn, {"b_key": key})
+    return TurnRow.from_mapping(row) if row else None
 
 
 def get_turn(conn: Connection, turn_id: int) -> TurnRow | None:
@@ -194,13 +238,13 @@ def get_turn(conn: Connection, turn_id: int) -> TurnRow | None:
 
 
 def mark_running(conn: Connection, turn_id: int, session_id: str, now: float) -> None:
-    conn.execute(_MARK_RUNNING, {"b_id": turn_id, "b_now": now, "b_session": session_id})
+    _MARK_RUNNING.rowcount(conn, {"b_id": turn_id, "b_now": now, "b_session": session_id})
 
 
 def finish_turn(
     conn: Connection, turn_id: int, status: str, now: float, error: str | None = None
 ) -> None:
-    conn.execute(_FINISH, {"b_id": turn_id, "b_status": status, "b_now": now, "b_error": error})
+    _FINISH.rowcount(conn, {"b_id": turn_id, "b_status": status, "b_now": now, "b_error": error})
 
 
 def postpone_turn(conn: Connection, turn_id: int, not_before: float, error: str) -> None:

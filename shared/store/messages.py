@@ -11,6 +11,7 @@ from sqlalchemy import Connection, bindparam, case, insert, select, update
 
 from shared.model import MessageRecord
 from shared.store.errors import SessionNotFound
+from shared.store.prepared import Prepared
 from shared.store.schema import messages, sessions
 
 
@@ -20,7 +21,7 @@ def encode_tool_calls(tool_calls: Sequence[dict[str, Any]] | str | None) -> str 
     return json.dumps(list(tool_calls), ensure_ascii=False, separators=(",", ":"))
 
 
-_BUMP = (
+_BUMP = Prepared(
     update(sessions)
     .where(sessions.c.id == bindparam("b_session"))
     .values(
@@ -32,7 +33,26 @@ _BUMP = (
         output_tokens=sessions.c.output_tokens + bindparam("b_out"),
     )
 )
-_INSERT = insert(messages)
+_COLUMNS = (
+    "session_id",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "token_count",
+    "timestamp",
+    "platform_message_id",
+)
+_INSERT = Prepared(
+    insert(messages).values({name: bindparam(name) for name in _COLUMNS}).returning(messages.c.id)
+)
+_LAST = Prepared(
+    select(messages)
+    .where(messages.c.session_id == bindparam("b_session"))
+    .order_by(messages.c.id.desc())
+    .limit(bindparam("b_count"))
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +72,10 @@ class NewRow:
 def _bump(
     conn: Connection, session_id: str, now: float, input_tokens: int, output_tokens: int
 ) -> None:
-    bumped = conn.execute(
-        _BUMP, {"b_session": session_id, "b_now": now, "b_in": input_tokens, "b_out": output_tokens}
+    bumped = _BUMP.rowcount(
+        conn, {"b_session": session_id, "b_now": now, "b_in": input_tokens, "b_out": output_tokens}
     )
-    if bumped.rowcount == 0:
+    if bumped == 0:
         raise SessionNotFound(session_id)
 
 
@@ -93,10 +113,7 @@ def append_message(
     row = NewRow(
         role, content, now, tool_calls, tool_call_id, tool_name, token_count, platform_message_id
     )
-    result = conn.execute(_INSERT, _values(session_id, row))
-    key = result.inserted_primary_key
-    assert key is not None
-    return int(key[0])
+    return int(_INSERT.scalar(conn, _values(session_id, row)))
 
 
 def append_messages(
@@ -112,7 +129,7 @@ def append_messages(
         return
     _bump(conn, session_id, max(r.timestamp for r in rows), input_tokens, output_tokens)
     for row in rows:  # one statement each: ids must follow the order (executemany may batch)
-        conn.execute(_INSERT, _values(session_id, row))
+        _INSERT.rowcount(conn, _values(session_id, row))
 
 
 def transcript(
@@ -131,10 +148,5 @@ def transcript(
 
 def last_messages(conn: Connection, session_id: str, count: int) -> list[MessageRecord]:
     """The newest `count` messages of a session, oldest first."""
-    rows = conn.execute(
-        select(messages)
-        .where(messages.c.session_id == session_id)
-        .order_by(messages.c.id.desc())
-        .limit(count)
-    ).all()
-    return [MessageRecord.from_row(row) for row in reversed(rows)]
+    rows = _LAST.all(conn, {"b_session": session_id, "b_count": count})
+    return [MessageRecord.from_mapping(row) for row in reversed(rows)]

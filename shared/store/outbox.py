@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, func, insert, or_, select, update
 
+from shared.store.prepared import Prepared
 from shared.store.schema import outbox
 
 PENDING = "pending"
@@ -40,21 +42,38 @@ class OutboxRow:
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> OutboxRow:
-        data = row._mapping
+        return cls.from_mapping(row._mapping)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[Any, Any]) -> OutboxRow:
         return cls(**{name: data[name] for name in _ROW_FIELDS if name in data})
 
 
 _ROW_FIELDS = tuple(f.name for f in fields(OutboxRow))
 
-# Hot statements are built once and executed with bound values (see leases.py).
-_ADD = insert(outbox)
-_PENDING = (
+# Hot statements: built once, run on the driver's cursor (see prepared.py).
+_ADD_COLUMNS = (
+    "lane",
+    "turn_id",
+    "session_id",
+    "platform",
+    "chat_id",
+    "thread_id",
+    "reply_to",
+    "text",
+    "status",
+    "created_at",
+)
+_ADD = Prepared(
+    insert(outbox).values({name: bindparam(name) for name in _ADD_COLUMNS}).returning(outbox.c.id)
+)
+_PENDING = Prepared(
     select(outbox)
     .where(outbox.c.lane == bindparam("b_lane"), outbox.c.status == PENDING)
     .order_by(outbox.c.id)
     .limit(bindparam("b_limit"))
 )
-_MARK_SENT = (
+_MARK_SENT = Prepared(
     update(outbox)
     .where(outbox.c.id == bindparam("b_id"))
     .values(
@@ -98,8 +117,8 @@ def add(
     thread_id: str | None = None,
     reply_to: str | None = None,
 ) -> int:
-    result = conn.execute(
-        _ADD,
+    row_id = _ADD.scalar(
+        conn,
         {
             "lane": lane_for(platform, chat_id),
             "turn_id": turn_id,
@@ -113,19 +132,17 @@ def add(
             "created_at": now,
         },
     )
-    pk = result.inserted_primary_key
-    assert pk is not None
-    return int(pk[0])
+    return int(row_id)
 
 
 def pending(conn: Connection, lane: str, limit: int = 20) -> list[OutboxRow]:
     """The lane's unsent rows in write order (the first one blocks the rest: order per chat)."""
-    rows = conn.execute(_PENDING, {"b_lane": lane, "b_limit": limit}).all()
-    return [OutboxRow.from_row(row) for row in rows]
+    rows = _PENDING.all(conn, {"b_lane": lane, "b_limit": limit})
+    return [OutboxRow.from_mapping(row) for row in rows]
 
 
 def mark_sent(conn: Connection, row_id: int, platform_message_id: str | None, now: float) -> None:
-    conn.execute(_MARK_SENT, {"b_id": row_id, "b_message_id": platform_message_id, "b_now": now})
+    _MARK_SENT.rowcount(conn, {"b_id": row_id, "b_message_id": platform_message_id, "b_now": now})
 
 
 def mark_retry(

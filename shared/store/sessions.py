@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Text, and_, bindparam, delete, func, insert, or_, select, update
 
 from shared.model import SessionRecord
 from shared.store.errors import AmbiguousSession, SessionNotFound, TitleInUse
+from shared.store.prepared import Prepared
 from shared.store.schema import messages, sessions, source_stats
 from shared.titles import (
     TitleSource,
@@ -47,16 +48,34 @@ def create_session(
         clean = validate_title(title)
         _ensure_title_free(conn, clean, session_id)
         values.update(title=clean, title_source=title_source.label)
-    conn.execute(insert(sessions), values)
+    if values.keys() <= _CREATE_COLUMNS:
+        _CREATE.rowcount(conn, {**_CREATE_EMPTY, **values})
+    else:
+        conn.execute(insert(sessions), values)
     return SessionRecord(**values)
 
 
-_GET = select(sessions).where(sessions.c.id == bindparam("b_id"))
+# A new session sets these (the counters start at their defaults).
+_CREATE_COLUMNS = frozenset(c.name for c in sessions.columns if c.server_default is None)
+_CREATE_EMPTY = dict.fromkeys(_CREATE_COLUMNS)
+_CREATE = Prepared(
+    insert(sessions).values({name: bindparam(name) for name in sorted(_CREATE_COLUMNS)})
+)
+
+
+_GET = Prepared(select(sessions).where(sessions.c.id == bindparam("b_id")))
 
 
 def get_session(conn: Connection, session_id: str) -> SessionRecord | None:
-    row = conn.execute(_GET, {"b_id": session_id}).first()
-    return SessionRecord.from_row(row) if row else None
+    row = _GET.first(conn, {"b_id": session_id})
+    return SessionRecord.from_mapping(row) if row else None
+
+
+_EXISTS = Prepared(select(sessions.c.id).where(sessions.c.id == bindparam("b_id")))
+
+
+def session_exists(conn: Connection, session_id: str) -> bool:
+    return _EXISTS.scalar(conn, {"b_id": session_id}) is not None
 
 
 def require_session(conn: Connection, session_id: str) -> SessionRecord:
@@ -144,10 +163,20 @@ def continuation_title(conn: Connection, title: str) -> str:
     return next_in_lineage(title, taken | {title})
 
 
+_TITLE_HOLDER = Prepared(
+    select(sessions.c.id).where(
+        sessions.c.title == bindparam("b_title"), sessions.c.id != bindparam("b_id")
+    )
+)
+_SET_TITLE = Prepared(
+    update(sessions)
+    .where(sessions.c.id == bindparam("b_id"))
+    .values(title=bindparam("b_title"), title_source=bindparam("b_source"))
+)
+
+
 def _ensure_title_free(conn: Connection, title: str, session_id: str) -> None:
-    holder = conn.execute(
-        select(sessions.c.id).where(sessions.c.title == title, sessions.c.id != session_id)
-    ).scalar()
+    holder = _TITLE_HOLDER.scalar(conn, {"b_title": title, "b_id": session_id})
     if holder is not None:
         raise TitleInUse(title, holder)
 
@@ -164,19 +193,11 @@ def set_title(
     if current.title is not None and held is not None and held > source:
         return False
     if title is None:
-        conn.execute(
-            update(sessions)
-            .where(sessions.c.id == session_id)
-            .values(title=None, title_source=None)
-        )
+        _SET_TITLE.rowcount(conn, {"b_id": session_id, "b_title": None, "b_source": None})
         return True
     clean = validate_title(title)
     _ensure_title_free(conn, clean, session_id)
-    conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session_id)
-        .values(title=clean, title_source=source.label)
-    )
+    _SET_TITLE.rowcount(conn, {"b_id": session_id, "b_title": clean, "b_source": source.label})
     return True
 
 
@@ -398,15 +419,22 @@ def record_model(
     model_config: str | None = None,
     system_prompt: str | None = None,
 ) -> None:
-    """Snapshot what answered this session: model name, its config (JSON), the system prompt."""
-    values = {
-        name: value
-        for name, value in (
-            ("model", model),
-            ("model_config", model_config),
-            ("system_prompt", system_prompt),
-        )
-        if value is not None
-    }
-    if values:
-        conn.execute(update(sessions).where(sessions.c.id == session_id).values(**values))
+    """Snapshot what answered this session: model name, its config (JSON), the system prompt
+    (a None leaves that one as it was)."""
+    if model is None and model_config is None and system_prompt is None:
+        return
+    _RECORD_MODEL.rowcount(
+        conn,
+        {"b_id": session_id, "b_model": model, "b_config": model_config, "b_prompt": system_prompt},
+    )
+
+
+_RECORD_MODEL = Prepared(
+    update(sessions)
+    .where(sessions.c.id == bindparam("b_id"))
+    .values(
+        model=func.coalesce(bindparam("b_model", type_=Text), sessions.c.model),
+        model_config=func.coalesce(bindparam("b_config", type_=Text), sessions.c.model_config),
+        system_prompt=func.coalesce(bindparam("b_prompt", type_=Text), sessions.c.system_prompt),
+    )
+)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
-import threading
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Engine, event
@@ -106,7 +103,9 @@ def install_hooks(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        # Straight to the driver: this runs for every transaction, and a Core execution costs
+        # several times the statement itself.
+        conn.connection.driver_connection.execute(f"BEGIN {mode}")
 
 
 SQLITE_CORRUPT = 11
@@ -238,53 +237,6 @@ def fts_merge_step(conn: Any, pages: int = 200) -> None:
     )
 
 
-class WriterGate:
-    """Where a process's write transactions queue for SQLite's single write lock.
-
-    Threads wait on a mutex; processes on an exclusive flock of `<state.db>-writer.lock`. Both
-    hand over at once on release, where SQLite's busy handler would poll with growing sleeps.
-    A process that dies holding the flock loses it with its descriptors. The gate is a courtesy
-    among hermes processes: SQLite's own lock (and busy timeout) still guards the file.
-    """
-
-    def __init__(self, db_path: Path) -> None:
-        self._path = Path(f"{db_path}-writer.lock")
-        self._mutex = threading.RLock()
-        self._depth = 0
-        self._fd: int | None = None
-        self._pid = 0
-
-    def _descriptor(self) -> int:
-        if self._fd is None or self._pid != os.getpid():
-            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            self._pid = os.getpid()
-        return self._fd
-
-    def __enter__(self) -> WriterGate:
-        self._mutex.acquire()
-        try:
-            if self._depth == 0:
-                fcntl.flock(self._descriptor(), fcntl.LOCK_EX)
-        except BaseException:
-            self._mutex.release()
-            raise
-        self._depth += 1
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self._depth -= 1
-        try:
-            if self._depth == 0 and self._fd is not None:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-        finally:
-            self._mutex.release()
-
-
 INCREMENTAL = 2
 
 
@@ -302,9 +254,9 @@ def reclaim_step(conn: Any, pages: int) -> int:
     transaction; returns how many remain free. Only for incremental auto-vacuum files."""
     cursor = conn.connection.dbapi_connection.cursor()
     try:
-        # The pragma frees one page per VM step and the driver's execute() steps once;
-        # executescript runs it to the end (and, with isolation_level None, commits nothing).
-        cursor.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
+        # The pragma frees one page per VM step: fetching its (empty) rows steps it to the end.
+        # (Not executescript: it would COMMIT the caller's transaction first.)
+        cursor.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
         return int(cursor.execute("PRAGMA freelist_count").fetchone()[0])
     finally:
         cursor.close()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, update
 
 from shared.ids import new_session_id
 from shared.model import SessionRecord
@@ -22,7 +22,6 @@ from shared.store import messages
 from shared.store import sessions as session_rows
 from shared.store.resume import COMPRESSION
 from shared.store.schema import routes
-from shared.store.schema import sessions as sessions_table
 from shared.titles import TitleSource
 from workers.agent.auxiliary import Auxiliary, AuxiliaryUnavailable, OfflineAuxiliary
 from workers.agent.client import Stopped
@@ -49,10 +48,7 @@ def free_session_id(conn: Connection, now: datetime, *, gateway: bool) -> str:
     """A new id nobody holds (6 random hex digits for terminal sessions can collide)."""
     session_id = new_session_id(now, gateway=gateway)
     for _ in range(ID_TRIES):
-        taken = conn.execute(
-            select(sessions_table.c.id).where(sessions_table.c.id == session_id)
-        ).first()
-        if taken is None:
+        if not session_rows.session_exists(conn, session_id):
             break
         session_id = new_session_id(now, gateway=gateway)
     return session_id

@@ -1,0 +1,206 @@
+"""Group commit on a real state.db: writers that queue share a transaction, each unit alone."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import (
+    Column,
+    Connection,
+    DateTime,
+    Integer,
+    MetaData,
+    Table,
+    bindparam,
+    event,
+    exc,
+    insert,
+    text,
+    update,
+)
+
+from shared.store import Store
+from shared.store import sessions as session_rows
+from shared.store.group_commit import GroupCommit, GroupFailed
+from shared.store.prepared import Prepared
+from shared.store.schema import sessions
+
+
+def _committed_ids(path: Path) -> set[str]:
+    """Session ids another connection sees (so: committed)."""
+    conn = sqlite3.connect(path)
+    try:
+        return {row[0] for row in conn.execute("SELECT id FROM sessions")}
+    finally:
+        conn.close()
+
+
+def _create(session_id: str) -> object:
+    def work(conn: Connection) -> str:
+        session_rows.create_session(conn, session_id=session_id, source="cli", now=1.0)
+        return session_id
+
+    return work
+
+
+def test_queued_writers_share_one_commit_and_each_gets_its_own_result(
+    store: Store, tmp_path: Path
+) -> None:
+    assert store.path is not None
+    group = GroupCommit(tmp_path / "writer.lock", store.engine.connect, max_seconds=60)
+    commits: list[int] = []
+    event.listen(store.engine, "commit", lambda _conn: commits.append(1))
+    started = threading.Event()
+    release = threading.Event()
+
+    def holding(conn: Connection) -> None:
+        session_rows.create_session(conn, session_id="first", source="cli", now=1.0)
+        started.set()
+        assert release.wait(10)
+
+    results: dict[int, str] = {}
+
+    def queued(n: int) -> None:
+        results[n] = group.run(_create(f"s{n}"))  # type: ignore[arg-type]
+
+    first = threading.Thread(target=group.run, args=(holding,))
+    first.start()
+    assert started.wait(10)
+    others = [threading.Thread(target=queued, args=(n,)) for n in range(20)]
+    for thread in others:
+        thread.start()
+    time.sleep(0.2)  # all twenty queue behind the open transaction
+    assert _committed_ids(store.path) == set()  # nothing is visible before the COMMIT
+    release.set()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert results == {n: f"s{n}" for n in range(20)}
+    assert _committed_ids(store.path) == {"first", *(f"s{n}" for n in range(20))}
+    assert len(commits) == 1
+
+
+def test_a_failing_unit_is_rolled_back_alone(store: Store) -> None:
+    assert store.path is not None
+    started = threading.Event()
+    release = threading.Event()
+    errors: list[BaseException] = []
+
+    def holder() -> None:
+        def work(conn: Connection) -> None:
+            session_rows.create_session(conn, session_id="kept-1", source="cli", now=1.0)
+            started.set()
+            assert release.wait(10)
+
+        store.run_write(work)
+
+    def failing() -> None:
+        def work(conn: Connection) -> None:
+            session_rows.create_session(conn, session_id="dropped", source="cli", now=1.0)
+            raise ValueError("this unit changes its mind")
+
+        try:
+            store.run_write(work)
+        except ValueError as error:
+            errors.append(error)
+
+    def inline() -> None:  # a `with` unit in the same group
+        with store.write() as conn:
+            session_rows.create_session(conn, session_id="kept-2", source="cli", now=1.0)
+
+    first = threading.Thread(target=holder)
+    first.start()
+    assert started.wait(10)
+    queued = [threading.Thread(target=failing), threading.Thread(target=inline)]
+    for thread in queued:
+        thread.start()
+    time.sleep(0.2)
+    release.set()
+    for thread in [first, *queued]:
+        thread.join(10)
+    assert [str(e) for e in errors] == ["this unit changes its mind"]
+    assert _committed_ids(store.path) == {"kept-1", "kept-2"}
+
+
+def test_later_units_see_earlier_units_writes(store: Store) -> None:
+    store.run_write(_create("a"))  # type: ignore[arg-type]
+    seen: list[bool] = []
+
+    def later(conn: Connection) -> None:
+        seen.append(session_rows.session_exists(conn, "a"))
+
+    store.run_write(later)
+    assert seen == [True]
+
+
+def test_a_write_inside_a_write_is_refused(store: Store) -> None:
+    with store.write(), pytest.raises(RuntimeError, match=r"inside store\.write"):
+        store.run_write(_create("nested"))  # type: ignore[arg-type]
+    store.run_write(_create("after"))  # type: ignore[arg-type]  # the store still works
+    assert store.path is not None
+    assert _committed_ids(store.path) == {"after"}
+
+
+def test_a_lost_transaction_fails_every_unit_of_its_group(store: Store, tmp_path: Path) -> None:
+    """SQLite dropped the transaction: its units all raise, nothing of theirs is visible, and
+    a unit still waiting runs in the next group."""
+    assert store.path is not None
+    group = GroupCommit(tmp_path / "writer.lock", store.engine.connect, max_seconds=60)
+    started = threading.Event()
+    release = threading.Event()
+
+    def first(conn: Connection) -> None:
+        session_rows.create_session(conn, session_id="lost-a", source="cli", now=1.0)
+        started.set()
+        assert release.wait(10)
+
+    def breaking(conn: Connection) -> None:
+        session_rows.create_session(conn, session_id="lost-b", source="cli", now=1.0)
+        conn.connection.driver_connection.execute("ROLLBACK")  # type: ignore[union-attr]
+
+    outcomes: dict[str, object] = {}
+
+    def run(name: str, work: object) -> None:
+        try:
+            group.run(work)  # type: ignore[arg-type]
+            outcomes[name] = "ok"
+        except BaseException as error:
+            outcomes[name] = type(error)
+
+    threads = [
+        threading.Thread(target=run, args=("a", first)),
+        threading.Thread(target=run, args=("b", breaking)),
+        threading.Thread(target=run, args=("c", _create("next-group"))),
+    ]
+    threads[0].start()
+    assert started.wait(10)
+    for thread in threads[1:]:
+        thread.start()
+        time.sleep(0.1)  # queued in this order
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert outcomes == {"a": GroupFailed, "b": GroupFailed, "c": "ok"}
+    assert issubclass(GroupFailed, exc.OperationalError)  # tasks retry it like a busy database
+    assert _committed_ids(store.path) == {"next-group"}
+
+
+def test_hot_statements_raise_as_core_would(store: Store) -> None:
+    store.run_write(_create("dup"))  # type: ignore[arg-type]
+    add = Prepared(
+        insert(sessions).values(id=text("'dup'"), source="cli", started_at=1.0, last_active_at=1.0)
+    )
+    with pytest.raises(exc.IntegrityError), store.write() as conn:
+        add.rowcount(conn, {})
+    store.run_write(_create("still-writable"))  # type: ignore[arg-type]
+    assert store.path is not None
+    assert _committed_ids(store.path) == {"dup", "still-writable"}
+
+
+def test_a_statement_whose_values_need_converting_is_refused() -> None:
+    table = Table("t", MetaData(), Column("id", Integer), Column("at", DateTime))
+    with pytest.raises(TypeError, match="need converting"):
+        Prepared(update(table).values(at=bindparam("b_at")))
