@@ -44,16 +44,41 @@ class _Step:
     released: bool = False
 
 
-def flush(rt: Runtime, lane: str) -> FlushResult:
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """What opening a lane found: its lease and first rows, the lane busy, or cooling down."""
+
+    lease: leases.Lease | None
+    rows: list[outbox.OutboxRow]
+    cooldown_left: float | None = None
+
+
+def open_lane(conn: Connection, holder: str, lane: str, now: float) -> Opened:
+    """Inside a write: take the lane's lease for `holder` and read its first rows (a drain does
+    this in the transaction that writes the replies, saving a write of its own)."""
     name = lane_lease_name(lane)
-    now = rt.clock()
-    with rt.store.write() as conn:
+    lease = leases.acquire_lane(conn, name, holder, now, LANE_TTL)
+    if lease is None:
         cooldown = leases.cooldown_until(conn, name)
         if cooldown is not None and cooldown > now:
-            rt.waker.deliver(lane, countdown=cooldown - now)
-            return FlushResult(0, "cooldown", cooldown - now)
-        lease = leases.acquire_named(conn, name, rt.holder(), now, LANE_TTL)
-        rows = _pending_or_release(conn, lease) if lease is not None else []
+            return Opened(None, [], cooldown_left=cooldown - now)
+        lease = leases.acquire_named(conn, name, holder, now, LANE_TTL)  # a new lane
+    rows = _pending_or_release(conn, lease) if lease is not None else []
+    return Opened(lease, rows)
+
+
+def flush(rt: Runtime, lane: str) -> FlushResult:
+    holder = rt.holder()
+    opened = rt.store.run_write(lambda conn: open_lane(conn, holder, lane, rt.clock()))
+    return send_opened(rt, lane, opened)
+
+
+def send_opened(rt: Runtime, lane: str, opened: Opened) -> FlushResult:
+    """Send what `open_lane` found, then what follows it, and let the lane go."""
+    if opened.cooldown_left is not None:
+        rt.waker.deliver(lane, countdown=opened.cooldown_left)
+        return FlushResult(0, "cooldown", opened.cooldown_left)
+    lease, rows = opened.lease, opened.rows
     if lease is None:
         return FlushResult(0, "busy")
     if not rows:  # released in the same transaction
@@ -130,10 +155,13 @@ def _send_one(rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, *, look: 
         wait = min(300.0, 2.0 ** (row.attempts + 1))
         _record_retry(rt, lease, row, wait, f"{type(exc).__name__}: {exc}")
         return _Step(stop=("retry", wait))
-    with rt.store.write() as conn:
+
+    def mark_sent(conn: Connection) -> list[outbox.OutboxRow] | None:
         leases.check_named(conn, lease, rt.clock(), LANE_TTL)
         outbox.mark_sent(conn, row.id, receipt.platform_message_id, rt.clock())
-        rows = _pending_or_release(conn, lease) if look else None
+        return _pending_or_release(conn, lease) if look else None
+
+    rows = rt.store.run_write(mark_sent)
     return _Step(rows=rows, released=rows == [])
 
 
@@ -159,15 +187,19 @@ def _record_retry(
             log.error("outbox %s to %s failed for good: %s", row.id, row.lane, reason)
 
 
-def deliver_now(rt: Runtime, lane: str) -> None:
-    """Send `lane`'s new replies from this thread if the lane is free.
+def deliver_now(rt: Runtime, lane: str, opened: Opened | None = None) -> None:
+    """Send `lane`'s new replies from this thread if the lane is free (`opened`: the lane was
+    already opened in the caller's write).
 
     If another worker holds the lane it sends them (it looks for more and releases in one
     write); if the platform said wait, flush has scheduled the retry. Only an unexpected error
     falls back to a delivery task.
     """
     try:
-        flush(rt, lane)
+        if opened is None:
+            flush(rt, lane)
+        else:
+            send_opened(rt, lane, opened)
     except Exception as exc:
         log.warning("inline delivery to %s failed (%s); queued for a delivery worker", lane, exc)
         rt.waker.deliver(lane)

@@ -31,15 +31,16 @@ from shared.store import memory as memory_rows
 from shared.store import sessions as session_rows
 from shared.store.errors import TitleInUse
 from shared.store.housekeeping import MEMORY_FLUSH
+from shared.store.prepared import Prepared
 from shared.store.schema import routes, sessions
 from shared.titles import TitleError
-from workers.agent import compression
+from workers import deliver
+from workers.agent import compression, titles
 from workers.agent.auxiliary import AuxiliaryUnavailable
 from workers.agent.base import AgentReply, AgentRequest
 from workers.agent.client import Stopped
 from workers.commands import agent as agent_commands
 from workers.commands import run_command
-from workers.deliver import deliver_now
 from workers.renewer import Held
 from workers.runtime import Runtime
 
@@ -47,13 +48,12 @@ log = logging.getLogger(__name__)
 
 HISTORY_MESSAGES = 200
 
-_ROUTE_SESSION = (
+_ROUTE_SESSION = Prepared(
     select(routes.c.pending_title, sessions.c.id.label("live_id"), sessions.c.ended_at)
     .select_from(routes.outerjoin(sessions, sessions.c.id == routes.c.session_id))
     .where(routes.c.session_key == bindparam("b_key"))
 )
-_SESSION_EXISTS = select(sessions.c.id).where(sessions.c.id == bindparam("b_id"))
-_ATTACH_SESSION = (
+_ATTACH_SESSION = Prepared(
     update(routes)
     .where(routes.c.session_key == bindparam("b_key"))
     .values(session_id=bindparam("b_session"), pending_title=None, updated_at=bindparam("b_now"))
@@ -80,10 +80,14 @@ class _Next:
 
 def drain(rt: Runtime, key: str) -> DrainResult:
     """Run `key`'s waiting turns; returns why it stopped. Safe to call any number of times."""
-    with rt.store.write() as conn:
+    holder = rt.holder()
+
+    def take(conn: Connection) -> tuple[leases.Lease | None, _Next | None, float]:
         now = rt.clock()
-        lease = leases.acquire_route(conn, key, rt.holder(), now, rt.lease_ttl)
-        first = _claim(conn, rt, lease, now) if lease is not None else None
+        lease = leases.acquire_route(conn, key, holder, now, rt.lease_ttl)
+        return lease, _claim(conn, rt, lease, now) if lease is not None else None, now
+
+    lease, first, now = rt.store.run_write(take)
     if lease is None or first is None:
         return DrainResult(0, "busy")
     if first.action == "idle":  # a duplicate wake-up: the lease is already let go
@@ -94,8 +98,7 @@ def drain(rt: Runtime, key: str) -> DrainResult:
             result = _run_batch(rt, held, first, budget=rt.settings.pipeline.batch_turns)
     finally:
         if result is None or result.reason != "idle":  # idle: released with the last claim
-            with rt.store.write() as conn:
-                leases.release_route(conn, lease)
+            rt.store.run_write(lambda conn: leases.release_route(conn, lease))
         if result is None:  # an unexpected error: turns that arrived meanwhile got no wake-up
             _wake_after_error(rt, key)
     assert result is not None
@@ -146,10 +149,12 @@ def _flush_still_wanted(conn: Connection, turn: inbox.TurnRow) -> bool:
 
 
 def _claim_next(rt: Runtime, held: Held) -> _Next:
-    with rt.store.write() as conn:
+    def claim(conn: Connection) -> _Next:
         now = rt.clock()
         leases.check_route(conn, held.lease, now, rt.lease_ttl)
         return _claim(conn, rt, held.lease, now)
+
+    return rt.store.run_write(claim)
 
 
 def _run_batch(rt: Runtime, held: Held, step: _Next, budget: int) -> DrainResult:
@@ -206,14 +211,15 @@ def _bury(rt: Runtime, held: Held, turn: inbox.TurnRow) -> None:
         turn.attempts,
         turn.error,
     )
-    deliver_now(rt, outbox.lane_for(turn.platform, turn.chat_id))
+    deliver.deliver_now(rt, outbox.lane_for(turn.platform, turn.chat_id))
 
 
 def current_session(conn: Connection, rt: Runtime, turn: inbox.TurnRow) -> str:
     """The key's live session, created on first need (the lease makes this single-flight)."""
-    route = conn.execute(_ROUTE_SESSION, {"b_key": turn.session_key}).one()
-    if route.live_id is not None and route.ended_at is None:
-        return str(route.live_id)
+    route = _ROUTE_SESSION.first(conn, {"b_key": turn.session_key})
+    assert route is not None  # the turn's arrival made the route row
+    if route["live_id"] is not None and route["ended_at"] is None:
+        return str(route["live_id"])
     now = rt.clock()
     session_id = _terminal_id(conn, turn) or compression.free_session_id(
         conn, rt.now_datetime(), gateway=turn.platform in GATEWAY_PLATFORMS
@@ -232,15 +238,15 @@ def current_session(conn: Connection, rt: Runtime, turn: inbox.TurnRow) -> str:
             session_id=session_id,
             source=turn.platform,
             now=now,
-            title=route.pending_title,
+            title=route["pending_title"],
             **columns,
         )
     except (TitleInUse, TitleError):
         session_rows.create_session(
             conn, session_id=session_id, source=turn.platform, now=now, **columns
         )
-    conn.execute(
-        _ATTACH_SESSION, {"b_key": turn.session_key, "b_session": session_id, "b_now": now}
+    _ATTACH_SESSION.rowcount(
+        conn, {"b_key": turn.session_key, "b_session": session_id, "b_now": now}
     )
     return session_id
 
@@ -254,7 +260,7 @@ def _terminal_id(conn: Connection, turn: inbox.TurnRow) -> str | None:
         or len(chat.rsplit("_", 1)[1]) != CLI_HEX
     ):
         return None
-    return chat if conn.execute(_SESSION_EXISTS, {"b_id": chat}).first() is None else None
+    return None if session_rows.session_exists(conn, chat) else chat
 
 
 def _run_turn(
@@ -285,8 +291,15 @@ def _run_turn(
     if changed != reply.session_updates:
         reply = dataclasses.replace(reply, session_updates=changed)
     compressing = reply.compress and reply.failed is None and not reply.stopped
-    following = _commit(rt, held, turn, session_id, reply, claim=claim and not compressing)
+    title_task, title = False, None
     if _first_exchange(session, history, reply):
+        users = [m.content for m in history if m.role == "user" and m.content]
+        inline, title = titles.offline_now(rt, [*users, turn.text])
+        title_task = not inline
+    following = _commit(
+        rt, held, turn, session_id, reply, claim=claim and not compressing, title=title
+    )
+    if title_task:
         rt.waker.autotitle(session_id)
     if compressing:
         return _compress(rt, held, turn, session_id, claim=claim)
@@ -342,9 +355,17 @@ def transcript_text(turn: inbox.TurnRow) -> str:
 
 
 def _commit(
-    rt: Runtime, held: Held, turn: inbox.TurnRow, session_id: str, reply: AgentReply, *, claim: bool
+    rt: Runtime,
+    held: Held,
+    turn: inbox.TurnRow,
+    session_id: str,
+    reply: AgentReply,
+    *,
+    claim: bool,
+    title: str | None = None,
 ) -> _Next | None:
-    """The turn's outcome, its messages, its replies and the next claim: one fenced write."""
+    """The turn's outcome, its messages, its replies, an offline auto-title and the next claim:
+    one fenced write."""
     now = rt.clock()
     user_text = transcript_text(turn)
     if reply.user_extra:
@@ -352,33 +373,38 @@ def _commit(
     silent = turn.kind == MEMORY_FLUSH  # a reset's memory turn leaves no trace but memories
     if silent:
         reply = dataclasses.replace(reply, replies=[])
-    with rt.store.write() as conn:
-        leases.check_route(conn, held.lease, now, rt.lease_ttl)
-        rows = (
-            []
-            if silent
-            else [
+    rows = (
+        []
+        if silent
+        else [
+            messages.NewRow(
+                "user",
+                user_text,
+                turn.received_at,
+                token_count=reply.user_token_count,
+                platform_message_id=turn.message_id,
+            ),
+            *(
                 messages.NewRow(
-                    "user",
-                    user_text,
-                    turn.received_at,
-                    token_count=reply.user_token_count,
-                    platform_message_id=turn.message_id,
-                ),
-                *(
-                    messages.NewRow(
-                        m.role,
-                        m.content,
-                        now,
-                        tool_calls=m.tool_calls,
-                        tool_call_id=m.tool_call_id,
-                        tool_name=m.tool_name,
-                        token_count=m.token_count,
-                    )
-                    for m in reply.messages
-                ),
-            ]
-        )
+                    m.role,
+                    m.content,
+                    now,
+                    tool_calls=m.tool_calls,
+                    tool_call_id=m.tool_call_id,
+                    tool_name=m.tool_name,
+                    token_count=m.token_count,
+                )
+                for m in reply.messages
+            ),
+        ]
+    )
+    status = inbox.CANCELLED if reply.stopped else inbox.DONE
+    if reply.failed is not None:  # the apology is sent; the turn is not retried
+        status = inbox.FAILED
+    holder = rt.holder()
+
+    def write(conn: Connection) -> tuple[_Next | None, str | None, deliver.Opened | None]:
+        leases.check_route(conn, held.lease, now, rt.lease_ttl)
         messages.append_messages(
             conn,
             session_id,
@@ -402,14 +428,18 @@ def _commit(
                 now=now,
             )
         _record_side_effects(conn, turn, session_id, reply, now)
-        if reply.failed is not None:  # the apology is sent; the turn is not retried
-            inbox.finish_turn(conn, turn.id, inbox.FAILED, now, error=reply.failed[:500])
-        else:
-            status = inbox.CANCELLED if reply.stopped else inbox.DONE
-            inbox.finish_turn(conn, turn.id, status, now)
+        if title is not None:
+            titles.write_auto_title(conn, session_id, title)
+        error = reply.failed[:500] if reply.failed is not None else None
+        inbox.finish_turn(conn, turn.id, status, now, error=error)
         following = _claim(conn, rt, held.lease, now) if claim else None
-    if reply.replies and address is not None:
-        deliver_now(rt, outbox.lane_for(address[0], address[1]))
+        lane = outbox.lane_for(address[0], address[1]) if reply.replies and address else None
+        opened = deliver.open_lane(conn, holder, lane, now) if lane is not None else None
+        return following, lane, opened
+
+    following, lane, opened = rt.store.run_write(write)
+    if lane is not None:
+        deliver.deliver_now(rt, lane, opened)
     return following
 
 

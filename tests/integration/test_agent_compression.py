@@ -161,7 +161,19 @@ def test_offline_auto_title_is_a_heuristic_from_the_first_message(
     rt, waker = make_runtime(settings, store, agent)
     try:
         send(rt, 1, "how do I rotate the nginx logs every night, please?")
-        (session_id,) = waker.autotitles
-        assert autotitle(rt, session_id) == "titled 'How do I rotate the nginx logs'"
+        # A heuristic has nothing to wait for: the title comes with the first exchange's write.
+        assert waker.autotitles == []
+        with rt.store.read() as conn:
+            session_id = route_session_id(conn, KEY)
+            assert session_id is not None
+            titled = session_rows.require_session(conn, session_id)
+        assert (titled.title, titled.title_source) == ("How do I rotate the nginx logs", "auto")
+        assert titled.message_count == 2
+        assert autotitle(rt, session_id) == "already titled"
+        send(rt, 2, "hi", chat="c2")  # nothing to go on yet: left for the title sweep
+        with rt.store.read() as conn:
+            fresh = route_session_id(conn, "agent:main:cli:dm:c2")
+            assert fresh is not None
+            assert session_rows.require_session(conn, fresh).title is None
     finally:
         rt.renewer.close()

@@ -272,12 +272,23 @@ def test_a_cron_run_is_a_turn_in_its_own_session_delivered_where_asked(
     del to_chat
 
 
+class _ModelTitles:
+    """An auxiliary model as the drain sees it (not the offline heuristics)."""
+
+    name = "scripted"
+
+    def title(self, first_user: str, first_reply: str) -> str:
+        return "Scripted title"
+
+
 def test_title_sweep_catches_sessions_whose_title_task_was_lost(
     hermes_env: dict[str, str], store: Store
 ) -> None:
     settings = _settings(hermes_env)
     clock = Clock(T0)
-    rt, waker = make_runtime(settings, store, ScriptedAgent(), clock=clock)
+    agent = ScriptedAgent()
+    agent.auxiliary = _ModelTitles()  # type: ignore[attr-defined]  # titles by a model: a task
+    rt, waker = make_runtime(settings, store, agent, clock=clock)
     _chat(rt, store, settings, clock)
     with store.read() as conn:
         session_id = conn.execute(text("SELECT id FROM sessions")).scalar_one()

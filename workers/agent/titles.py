@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import re
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from shared.store import sessions as session_rows
 from shared.store.errors import TitleInUse
@@ -99,12 +99,28 @@ def autotitle(rt: Runtime, session_id: str) -> str:
     if title is None:
         return "nothing to title it with yet"
     with rt.store.write() as conn:
-        current = session_rows.get_session(conn, session_id)
-        if current is None or current.title is not None:
-            return "already titled"
-        try:
-            session_rows.set_title(conn, session_id, title, TitleSource.AUTO)
-        except TitleInUse:
-            title = session_rows.continuation_title(conn, title)
-            session_rows.set_title(conn, session_id, title, TitleSource.AUTO)
-    return f"titled {title!r}"
+        written = write_auto_title(conn, session_id, title)
+    return f"titled {written!r}" if written is not None else "already titled"
+
+
+def write_auto_title(conn: Connection, session_id: str, title: str) -> str | None:
+    """Inside a write: give an untitled session `title` (or the next free one of its lineage).
+    Returns the title written, or None when the session has one already (or is gone)."""
+    current = session_rows.get_session(conn, session_id)
+    if current is None or current.title is not None:
+        return None
+    try:
+        session_rows.set_title(conn, session_id, title, TitleSource.AUTO)
+    except TitleInUse:
+        title = session_rows.continuation_title(conn, title)
+        session_rows.set_title(conn, session_id, title, TitleSource.AUTO)
+    return title
+
+
+def offline_now(rt: Runtime, users: list[str]) -> tuple[bool, str | None]:
+    """With the offline auxiliary a title is a heuristic over the user's words: nothing to wait
+    for, so the drain writes it with the first exchange instead of queueing a task for it.
+    Returns (True, title or None) then; (False, None) when a model writes titles."""
+    if getattr(auxiliary_of(rt), "name", None) != "offline":
+        return False, None
+    return True, _offline_title(users, quiet=False) if users else None
