@@ -255,8 +255,9 @@ def _pause_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> tuple[i
         time.sleep(LEASE * 2.5)
         # Resume only once another worker has taken over at least one of its sessions, so the
         # resumed holder really is fenced out there (bounded: a takeover needs the lease to
-        # expire and a redrive sweep, both a few seconds here).
-        taken_over = _wait_taken_over(db, in_flight, timeout=LEASE * 10)
+        # expire and a redrive sweep, both a few seconds here, then the wake-up's turn in a
+        # queue that may hold thousands of this run's wake-ups on a loaded machine).
+        taken_over = _wait_taken_over(db, in_flight, timeout=LEASE * 30)
         assert taken_over, f"no session of the paused holder was taken over: {in_flight}"
         log.append(f"{len(taken_over)} of its sessions taken over while it was stopped")
         victim.send_signal(signal.SIGCONT)
