@@ -120,12 +120,10 @@ class GroupCommit:
                 self._busy = True
                 group = self._group
             group = group or self._open()
-            try:
-                group.raw.execute(f"SAVEPOINT {_SAVEPOINT}")
-            except BaseException as exc:
-                group.error = exc
+            if not self._savepoint(group):
                 self._carry_on(group)
-                raise GroupFailed(exc) from exc
+                assert group.error is not None
+                raise GroupFailed(group.error) from group.error
             try:
                 yield group.conn
             except BaseException as exc:
@@ -201,12 +199,18 @@ class GroupCommit:
                 job.finished.set()
             raise
 
-    def _run_job(self, group: _Group, job: _Job) -> None:
+    def _savepoint(self, group: _Group) -> bool:
+        """Open the next unit's savepoint; False (and the group lost) if SQLite refuses."""
         try:
             group.raw.execute(f"SAVEPOINT {_SAVEPOINT}")
         except BaseException as exc:
             group.error = exc
-            group.jobs.append(job)
+            return False
+        return True
+
+    def _run_job(self, group: _Group, job: _Job) -> None:
+        if not self._savepoint(group):
+            group.jobs.append(job)  # fails with the group
             return
         try:
             job.result = job.fn(group.conn)

@@ -60,7 +60,7 @@ _STOP_REQUESTED = select(routes.c.stop_requested_at).where(
     routes.c.session_key == bindparam("b_key")
 )
 
-_ACQUIRE_NAMED = Prepared(
+_ACQUIRE_NAMED_STATEMENT = (
     update(leases)
     .where(
         leases.c.name == bindparam("b_name"),
@@ -71,18 +71,12 @@ _ACQUIRE_NAMED = Prepared(
     )
     .returning(leases.c.fence)
 )
+_ACQUIRE_NAMED = Prepared(_ACQUIRE_NAMED_STATEMENT)
 # A chat lane is taken only when no platform asked it to wait (its cooldown is over).
 _ACQUIRE_LANE = Prepared(
-    update(leases)
-    .where(
-        leases.c.name == bindparam("b_name"),
-        or_(leases.c.holder.is_(None), leases.c.expires_at <= bindparam("b_now")),
-        or_(leases.c.cooldown_until.is_(None), leases.c.cooldown_until <= bindparam("b_now")),
+    _ACQUIRE_NAMED_STATEMENT.where(
+        or_(leases.c.cooldown_until.is_(None), leases.c.cooldown_until <= bindparam("b_now"))
     )
-    .values(
-        holder=bindparam("b_holder"), expires_at=bindparam("b_expires"), fence=leases.c.fence + 1
-    )
-    .returning(leases.c.fence)
 )
 _NAMED_EXISTS = Prepared(select(leases.c.name).where(leases.c.name == bindparam("b_name")))
 _INSERT_NAMED = Prepared(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,10 +40,24 @@ def _committed_ids(path: Path) -> set[str]:
         conn.close()
 
 
-def _create(session_id: str) -> object:
+Work = Callable[[Connection], str | None]
+
+
+def _create(session_id: str) -> Callable[[Connection], str]:
     def work(conn: Connection) -> str:
         session_rows.create_session(conn, session_id=session_id, source="cli", now=1.0)
         return session_id
+
+    return work
+
+
+def _holding(session_id: str, started: threading.Event, release: threading.Event) -> Work:
+    """Create a session, then keep the transaction until `release`: others queue behind it."""
+
+    def work(conn: Connection) -> None:
+        session_rows.create_session(conn, session_id=session_id, source="cli", now=1.0)
+        started.set()
+        assert release.wait(10)
 
     return work
 
@@ -57,17 +72,12 @@ def test_queued_writers_share_one_commit_and_each_gets_its_own_result(
     started = threading.Event()
     release = threading.Event()
 
-    def holding(conn: Connection) -> None:
-        session_rows.create_session(conn, session_id="first", source="cli", now=1.0)
-        started.set()
-        assert release.wait(10)
-
     results: dict[int, str] = {}
 
     def queued(n: int) -> None:
-        results[n] = group.run(_create(f"s{n}"))  # type: ignore[arg-type]
+        results[n] = group.run(_create(f"s{n}"))
 
-    first = threading.Thread(target=group.run, args=(holding,))
+    first = threading.Thread(target=group.run, args=(_holding("first", started, release),))
     first.start()
     assert started.wait(10)
     others = [threading.Thread(target=queued, args=(n,)) for n in range(20)]
@@ -89,14 +99,6 @@ def test_a_failing_unit_is_rolled_back_alone(store: Store) -> None:
     release = threading.Event()
     errors: list[BaseException] = []
 
-    def holder() -> None:
-        def work(conn: Connection) -> None:
-            session_rows.create_session(conn, session_id="kept-1", source="cli", now=1.0)
-            started.set()
-            assert release.wait(10)
-
-        store.run_write(work)
-
     def failing() -> None:
         def work(conn: Connection) -> None:
             session_rows.create_session(conn, session_id="dropped", source="cli", now=1.0)
@@ -111,7 +113,7 @@ def test_a_failing_unit_is_rolled_back_alone(store: Store) -> None:
         with store.write() as conn:
             session_rows.create_session(conn, session_id="kept-2", source="cli", now=1.0)
 
-    first = threading.Thread(target=holder)
+    first = threading.Thread(target=store.run_write, args=(_holding("kept-1", started, release),))
     first.start()
     assert started.wait(10)
     queued = [threading.Thread(target=failing), threading.Thread(target=inline)]
@@ -126,7 +128,7 @@ def test_a_failing_unit_is_rolled_back_alone(store: Store) -> None:
 
 
 def test_later_units_see_earlier_units_writes(store: Store) -> None:
-    store.run_write(_create("a"))  # type: ignore[arg-type]
+    store.run_write(_create("a"))
     seen: list[bool] = []
 
     def later(conn: Connection) -> None:
@@ -138,8 +140,8 @@ def test_later_units_see_earlier_units_writes(store: Store) -> None:
 
 def test_a_write_inside_a_write_is_refused(store: Store) -> None:
     with store.write(), pytest.raises(RuntimeError, match=r"inside store\.write"):
-        store.run_write(_create("nested"))  # type: ignore[arg-type]
-    store.run_write(_create("after"))  # type: ignore[arg-type]  # the store still works
+        store.run_write(_create("nested"))
+    store.run_write(_create("after"))  # the store still works
     assert store.path is not None
     assert _committed_ids(store.path) == {"after"}
 
@@ -152,26 +154,21 @@ def test_a_lost_transaction_fails_every_unit_of_its_group(store: Store, tmp_path
     started = threading.Event()
     release = threading.Event()
 
-    def first(conn: Connection) -> None:
-        session_rows.create_session(conn, session_id="lost-a", source="cli", now=1.0)
-        started.set()
-        assert release.wait(10)
-
     def breaking(conn: Connection) -> None:
         session_rows.create_session(conn, session_id="lost-b", source="cli", now=1.0)
         conn.connection.driver_connection.execute("ROLLBACK")  # type: ignore[union-attr]
 
     outcomes: dict[str, object] = {}
 
-    def run(name: str, work: object) -> None:
+    def run(name: str, work: Work) -> None:
         try:
-            group.run(work)  # type: ignore[arg-type]
+            group.run(work)
             outcomes[name] = "ok"
         except BaseException as error:
             outcomes[name] = type(error)
 
     threads = [
-        threading.Thread(target=run, args=("a", first)),
+        threading.Thread(target=run, args=("a", _holding("lost-a", started, release))),
         threading.Thread(target=run, args=("b", breaking)),
         threading.Thread(target=run, args=("c", _create("next-group"))),
     ]
@@ -189,13 +186,13 @@ def test_a_lost_transaction_fails_every_unit_of_its_group(store: Store, tmp_path
 
 
 def test_hot_statements_raise_as_core_would(store: Store) -> None:
-    store.run_write(_create("dup"))  # type: ignore[arg-type]
+    store.run_write(_create("dup"))
     add = Prepared(
         insert(sessions).values(id=text("'dup'"), source="cli", started_at=1.0, last_active_at=1.0)
     )
     with pytest.raises(exc.IntegrityError), store.write() as conn:
         add.rowcount(conn, {})
-    store.run_write(_create("still-writable"))  # type: ignore[arg-type]
+    store.run_write(_create("still-writable"))
     assert store.path is not None
     assert _committed_ids(store.path) == {"dup", "still-writable"}
 
