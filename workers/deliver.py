@@ -187,6 +187,23 @@ def _record_retry(
             log.error("outbox %s to %s failed for good: %s", row.id, row.lane, reason)
 
 
+def reads_store(rt: Runtime, platform: str) -> bool:
+    """Whether `platform`'s replies are delivered by their commit (see Sender.reads_store)."""
+    try:
+        return bool(getattr(rt.senders.get(platform), "reads_store", False))
+    except UnknownPlatform:
+        return False
+
+
+def nudge(rt: Runtime, row: outbox.OutboxRow) -> None:
+    """After the commit that delivered `row` to a store-reading client: tell it to look now.
+    Best effort; the client also polls."""
+    try:
+        rt.senders.get(row.platform).send(row)
+    except Exception as exc:
+        log.warning("could not nudge %s about outbox %s: %s", row.lane, row.id, exc)
+
+
 def deliver_now(rt: Runtime, lane: str, opened: Opened | None = None) -> None:
     """Send `lane`'s new replies from this thread if the lane is free (`opened`: the lane was
     already opened in the caller's write).

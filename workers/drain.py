@@ -78,6 +78,9 @@ class _Next:
     retry_in: float | None = None
 
 
+_Opened = tuple[str, deliver.Opened]  # a reply lane, opened in the turn's write
+
+
 def drain(rt: Runtime, key: str) -> DrainResult:
     """Run `key`'s waiting turns; returns why it stopped. Safe to call any number of times."""
     holder = rt.holder()
@@ -403,7 +406,7 @@ def _commit(
         status = inbox.FAILED
     holder = rt.holder()
 
-    def write(conn: Connection) -> tuple[_Next | None, str | None, deliver.Opened | None]:
+    def write(conn: Connection) -> tuple[_Next | None, outbox.OutboxRow | None, _Opened | None]:
         leases.check_route(conn, held.lease, now, rt.lease_ttl)
         messages.append_messages(
             conn,
@@ -413,10 +416,13 @@ def _commit(
             output_tokens=reply.output_tokens,
         )
         address = reply_address(conn, rt, turn)
+        # A terminal reads its replies from here: this commit delivers them, no lane to open.
+        in_store = address is not None and deliver.reads_store(rt, address[0])
+        last: outbox.OutboxRow | None = None
         for text in reply.replies:
             if address is None:
                 break
-            outbox.add(
+            last = outbox.add(
                 conn,
                 platform=address[0],
                 chat_id=address[1],
@@ -426,6 +432,7 @@ def _commit(
                 session_id=session_id,
                 text=text,
                 now=now,
+                delivered=in_store,
             )
         _record_side_effects(conn, turn, session_id, reply, now)
         if title is not None:
@@ -433,13 +440,15 @@ def _commit(
         error = reply.failed[:500] if reply.failed is not None else None
         inbox.finish_turn(conn, turn.id, status, now, error=error)
         following = _claim(conn, rt, held.lease, now) if claim else None
-        lane = outbox.lane_for(address[0], address[1]) if reply.replies and address else None
-        opened = deliver.open_lane(conn, holder, lane, now) if lane is not None else None
-        return following, lane, opened
+        if last is None or in_store:
+            return following, last, None
+        return following, None, (last.lane, deliver.open_lane(conn, holder, last.lane, now))
 
-    following, lane, opened = rt.store.run_write(write)
-    if lane is not None:
-        deliver.deliver_now(rt, lane, opened)
+    following, delivered, opened = rt.store.run_write(write)
+    if delivered is not None:
+        deliver.nudge(rt, delivered)  # once: the reader takes all of the turn's replies
+    if opened is not None:
+        deliver.deliver_now(rt, *opened)
     return following
 
 

@@ -67,6 +67,11 @@ _ADD_COLUMNS = (
 _ADD = Prepared(
     insert(outbox).values({name: bindparam(name) for name in _ADD_COLUMNS}).returning(outbox.c.id)
 )
+_ADD_DELIVERED = Prepared(
+    insert(outbox)
+    .values({name: bindparam(name) for name in (*_ADD_COLUMNS, "sent_at", "attempts")})
+    .returning(outbox.c.id)
+)
 _PENDING = Prepared(
     select(outbox)
     .where(outbox.c.lane == bindparam("b_lane"), outbox.c.status == PENDING)
@@ -116,23 +121,29 @@ def add(
     session_id: str | None = None,
     thread_id: str | None = None,
     reply_to: str | None = None,
-) -> int:
-    row_id = _ADD.scalar(
-        conn,
-        {
-            "lane": lane_for(platform, chat_id),
-            "turn_id": turn_id,
-            "session_id": session_id,
-            "platform": platform,
-            "chat_id": chat_id,
-            "thread_id": thread_id,
-            "reply_to": reply_to,
-            "text": text,
-            "status": PENDING,
-            "created_at": now,
-        },
-    )
-    return int(row_id)
+    delivered: bool = False,
+) -> OutboxRow:
+    """A reply to send, in its chat's lane; `delivered`: one its reader takes from the store
+    (the terminal), written as sent, since committing it is what delivers it."""
+    values: dict[str, Any] = {
+        "lane": lane_for(platform, chat_id),
+        "turn_id": turn_id,
+        "session_id": session_id,
+        "platform": platform,
+        "chat_id": chat_id,
+        "thread_id": thread_id,
+        "reply_to": reply_to,
+        "text": text,
+        "status": PENDING,
+        "created_at": now,
+    }
+    if delivered:
+        values.update(status=SENT, sent_at=now, attempts=1)
+        row_id = _ADD_DELIVERED.scalar(conn, values)
+    else:
+        row_id = _ADD.scalar(conn, values)
+        values["attempts"] = 0
+    return OutboxRow.from_mapping({**values, "id": int(row_id)})
 
 
 def pending(conn: Connection, lane: str, limit: int = 20) -> list[OutboxRow]:

@@ -310,3 +310,23 @@ def test_a_drain_that_fails_unexpectedly_lets_go_and_wakes_the_key_again(
         status = conn.execute(select(inbox_table.c.status)).scalar_one()
     assert holder is None  # the lease was let go, so the next wake-up can take it
     assert status in inbox.OPEN_STATUSES  # the turn is still there to retry
+
+
+def test_a_store_reading_client_gets_its_reply_with_the_commit(
+    fast_settings: Settings, store: Store
+) -> None:
+    """The terminal reads replies from state.db: the turn's own commit delivers them (written
+    as sent, no lane taken, no second write) and the client is nudged once, after it."""
+    rt, _ = make_runtime(fast_settings, store, ScriptedAgent())
+    terminal = MemorySender("cli", reads_store=True)
+    rt.senders.add(terminal)
+    key = accept(store, rt.waker, turn(0), settings=fast_settings, clock=time.time).session_key
+    assert drain(rt, key).ran == 1
+    with store.read() as conn:
+        (done,) = conn.execute(select(inbox_table)).mappings().all()
+        (row,) = outbox.for_turn(conn, done["id"])
+        lanes = conn.execute(text("SELECT name FROM leases WHERE name LIKE 'lane:%'")).all()
+    assert (row.status, row.text, row.attempts) == ("sent", "reply to message 0", 1)
+    assert row.sent_at == done["finished_at"]  # the same write
+    assert lanes == []
+    assert [sent.id for sent in terminal.sent] == [row.id]

@@ -28,6 +28,9 @@ class Undeliverable(Exception):
 
 class Sender(Protocol):
     platform: str
+    # True when the platform's client reads its replies from state.db (the terminal): the
+    # commit that writes a reply delivers it, and `send` only nudges the reader to look now.
+    reads_store: bool
 
     def send(self, row: OutboxRow) -> Sent: ...
 
@@ -35,8 +38,9 @@ class Sender(Protocol):
 class MemorySender:
     """The cheap twin: keeps what it was asked to send."""
 
-    def __init__(self, platform: str) -> None:
+    def __init__(self, platform: str, *, reads_store: bool = False) -> None:
         self.platform = platform
+        self.reads_store = reads_store
         self.sent: list[OutboxRow] = []
 
     def send(self, row: OutboxRow) -> Sent:

@@ -20,6 +20,7 @@ class CliSender:
     """A terminal reads its replies from the outbox; a Redis publish wakes it at once."""
 
     platform = "cli"
+    reads_store = True  # the terminal reads the outbox; the publish only saves it a poll
 
     def __init__(self, redis_client: Any | None) -> None:
         self._redis = redis_client

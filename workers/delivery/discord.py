@@ -35,6 +35,7 @@ class SendFailed(Exception):
 
 class DiscordSender:
     platform = "discord"
+    reads_store = False
 
     def __init__(
         self,

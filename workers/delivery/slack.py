@@ -55,6 +55,7 @@ def escape(text: str) -> str:
 
 class SlackSender:
     platform = "slack"
+    reads_store = False
 
     def __init__(self, *, token: str, api_base: str, limiter: Limiter, progress: Progress) -> None:
         from slack_sdk import WebClient

@@ -80,6 +80,7 @@ def retry_after_seconds(exc: Any) -> float:
 
 class TelegramSender:
     platform = "telegram"
+    reads_store = False
 
     def __init__(
         self,
