@@ -113,7 +113,9 @@ def connect(url: str) -> Store:
         path = Path(url.removeprefix("sqlite:///"))
         migrate.preflight(path)  # before prepare_file's chmod and the hook's switch to WAL
         sqlite.prepare_file(path)
-        engine = create_engine(url, pool_size=8, max_overflow=8)
+        # Readers keep their connections: an overflow connection is opened and closed around
+        # one read, and opening one (PRAGMAs, the schema parsed again) costs more than the read.
+        engine = create_engine(url, pool_size=16, max_overflow=16)
         sqlite.install_hooks(engine)
         # One thread writes at a time (the gate); its connection stays open between writes.
         writes = create_engine(url, pool_size=1, max_overflow=0)
