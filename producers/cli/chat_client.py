@@ -59,7 +59,25 @@ class Outcome:
     waited: float
 
 
-def subscriber(settings: Settings, chat_id: str) -> Any | None:
+@dataclass
+class Subscription:
+    """A Redis pub/sub on one terminal's channel, with the client it owns."""
+
+    client: Any
+    pubsub: Any
+
+    def wait(self, timeout: float) -> None:
+        """Return when a message arrives or `timeout` passes."""
+        self.pubsub.get_message(timeout=timeout)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.pubsub.close()
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+
+def subscriber(settings: Settings, chat_id: str) -> Subscription | None:
     """A Redis pub/sub on the terminal's channel, or None (the terminal then only polls)."""
     url = settings.resolved_broker_url
     try:
@@ -71,15 +89,13 @@ def subscriber(settings: Settings, chat_id: str) -> Any | None:
             client = redis.Redis.from_url(url)
         else:
             return None
-        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        subscription = Subscription(client, client.pubsub(ignore_subscribe_messages=True))
         try:
-            pubsub.subscribe(CHANNEL.format(chat_id=chat_id))
+            subscription.pubsub.subscribe(CHANNEL.format(chat_id=chat_id))
         except Exception:
-            pubsub.close()
-            client.close()
+            subscription.close()
             raise
-        pubsub.hermes_client = client  # closed with it
-        return pubsub
+        return subscription
     except Exception:  # no broker yet, or not Redis: polling alone is slower, not wrong
         return None
 
@@ -94,7 +110,7 @@ class TerminalChat:
         self.clock = clock
         self.chat_id = ""
         self.key = ""
-        self._pubsub: Any | None = None
+        self._pubsub: Subscription | None = None
 
     # --- which session ---
 
@@ -217,7 +233,7 @@ class TerminalChat:
     def _pause(self) -> None:
         if self._pubsub is not None:
             try:
-                self._pubsub.get_message(timeout=POLL_SECONDS)
+                self._pubsub.wait(POLL_SECONDS)
                 return
             except Exception:  # the broker went away: poll from now on
                 self.close()
@@ -225,7 +241,5 @@ class TerminalChat:
 
     def close(self) -> None:
         if self._pubsub is not None:
-            with contextlib.suppress(Exception):
-                self._pubsub.close()
-                self._pubsub.hermes_client.close()
+            self._pubsub.close()
             self._pubsub = None

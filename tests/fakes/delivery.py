@@ -47,7 +47,7 @@ def reply(store: Store, platform: str, chat_id: str, text: str, **extra: Any) ->
     with store.write() as conn:
         return outbox.add(
             conn, platform=platform, chat_id=chat_id, text=text, now=time.time(), **extra
-        )
+        ).id
 
 
 def row(store: Store, row_id: int) -> outbox.OutboxRow:
