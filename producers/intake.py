@@ -43,8 +43,9 @@ def accept(
 ) -> Accepted:
     """Record `turn` (a redelivered event is a no-op) and wake its session's drain.
 
-    `woken` is True when a worker will pick the turn up promptly: a wake-up was sent, or a
-    drain already holds the session's lease. When False the redrive sweep wakes it later.
+    `woken` is True when a worker will pick the turn up promptly: a wake-up was sent, one sent
+    for an earlier turn has not been taken yet (a burst of turns costs one task), or a drain
+    already holds the session's lease. When False the redrive sweep wakes it later.
 
     Raises shared.turns.TurnRejected, before anything is written, for a bad turn.
     """
@@ -52,10 +53,11 @@ def accept(
     key = key_for(turn, settings)
     command = parse_command(turn.text)
 
+    now = clock()
+
     def record(conn: Connection) -> inbox.Recorded:
-        now = clock()
         recorded = inbox.record_turn(
-            conn, turn, key, now=now, kind="command" if command else "message"
+            conn, turn, key, now=now, kind="command" if command else "message", claim_wake=True
         )
         if not recorded.duplicate and command is not None and command.name == "stop":
             inbox.request_stop(conn, key.key, now)
@@ -63,5 +65,7 @@ def accept(
 
     recorded = store.run_write(record)
     # A duplicate event gets a wake-up too: its first delivery's may have been lost.
-    woken = recorded.lease_held or waker.drain(key.key)
+    woken = recorded.lease_held or recorded.wake_pending or waker.drain(key.key)
+    if not woken and not recorded.duplicate:  # the next turn sends one; redrive finds this one
+        store.run_write(lambda conn: inbox.forget_wake(conn, key.key, recorded.seq))
     return Accepted(recorded.turn_id, key.key, recorded.seq, recorded.duplicate, woken)

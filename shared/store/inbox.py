@@ -11,6 +11,7 @@ from sqlalchemy import (
     Row,
     and_,
     bindparam,
+    case,
     func,
     insert,
     literal_column,
@@ -47,6 +48,9 @@ class Recorded:
     # A drain held the key's lease when the turn was recorded: it finds the turn before it lets
     # go (it looks for the next turn and releases in one write), so no wake-up is needed.
     lease_held: bool = False
+    # A wake-up sent for an earlier turn is still on its way (no drain has taken the lease
+    # since): the drain it starts finds this turn too, so no second wake-up is needed.
+    wake_pending: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,38 @@ _BUMP_SEQ = Prepared(
     .where(routes.c.session_key == bindparam("b_key"))
     .values(next_seq=routes.c.next_seq + 1, updated_at=bindparam("b_now"))
     .returning(routes.c.next_seq, routes.c.lease_holder, routes.c.lease_expires_at)
+)
+# The same, for a producer that will send the wake-up: it claims the sending (marks the key
+# with this arrival's seq and time) unless a drain holds the lease or an earlier wake-up is
+# still on its way. A wake-up is taken when a drain takes or lets go of the lease (leases.py
+# clears the mark); one that was lost (the broker forgot it, its worker died) is trusted only
+# for WAKE_PENDING_SECONDS, and redrive finds the turns meanwhile.
+WAKE_PENDING_SECONDS = 30.0
+_FREE = or_(routes.c.lease_holder.is_(None), routes.c.lease_expires_at <= bindparam("b_now"))
+_STALE = or_(routes.c.wake_sent_at.is_(None), routes.c.wake_sent_at <= bindparam("b_stale_before"))
+_CLAIM = and_(_FREE, _STALE)
+_BUMP_SEQ_AND_CLAIM_WAKE = Prepared(
+    update(routes)
+    .where(routes.c.session_key == bindparam("b_key"))
+    .values(
+        next_seq=routes.c.next_seq + 1,
+        updated_at=bindparam("b_now"),
+        wake_sent_at=case((_CLAIM, bindparam("b_now")), else_=routes.c.wake_sent_at),
+        wake_seq=case((_CLAIM, routes.c.next_seq + 1), else_=routes.c.wake_seq),
+    )
+    .returning(
+        routes.c.next_seq,
+        routes.c.lease_holder,
+        routes.c.lease_expires_at,
+        routes.c.wake_sent_at,
+        routes.c.wake_seq,
+    )
+)
+_FORGET_WAKE = Prepared(
+    update(routes)
+    .where(routes.c.session_key == bindparam("b_key"))
+    .where(routes.c.wake_seq == bindparam("b_seq"))
+    .values(wake_sent_at=None)
 )
 _INSERT_ROUTE = insert(routes)
 _TURN_COLUMNS = (
@@ -161,14 +197,30 @@ def find_event(conn: Connection, platform: str, event_id: str) -> Recorded | Non
     return Recorded(row["id"], row["session_key"], row["seq"], duplicate=True)
 
 
-def _next_seq(conn: Connection, turn: InboundTurn, key: str, now: float) -> tuple[int, bool]:
+@dataclass(frozen=True, slots=True)
+class _Arrival:
+    seq: int
+    held: bool  # a drain holds the key's lease
+    wake_pending: bool  # an earlier wake-up is still on its way
+
+
+def _next_seq(
+    conn: Connection, turn: InboundTurn, key: str, now: float, *, claim_wake: bool
+) -> _Arrival:
     """Bump the key's arrival counter (creating its route row); the row lock orders arrivals.
-    Also says whether a drain holds the key's lease at this moment."""
-    route = _BUMP_SEQ.first(conn, {"b_key": key, "b_now": now})
+    Also says whether a drain holds the key's lease at this moment, and with `claim_wake`
+    whether a wake-up is already on its way (else marks the one the caller will send)."""
+    if claim_wake:
+        params = {"b_key": key, "b_now": now, "b_stale_before": now - WAKE_PENDING_SECONDS}
+        route = _BUMP_SEQ_AND_CLAIM_WAKE.first(conn, params)
+    else:
+        route = _BUMP_SEQ.first(conn, {"b_key": key, "b_now": now})
     if route is not None:
         expires = route["lease_expires_at"]
         held = route["lease_holder"] is not None and expires is not None and expires > now
-        return int(route["next_seq"]), held
+        seq = int(route["next_seq"])
+        pending = claim_wake and not held and route["wake_sent_at"] is not None
+        return _Arrival(seq, held, pending and route["wake_seq"] != seq)
     conn.execute(
         _INSERT_ROUTE,
         {
@@ -179,28 +231,39 @@ def _next_seq(conn: Connection, turn: InboundTurn, key: str, now: float) -> tupl
             "thread_id": turn.thread_id,
             "user_id": turn.user_id,
             "next_seq": 1,
+            "wake_sent_at": now if claim_wake else None,
+            "wake_seq": 1 if claim_wake else None,
             "created_at": now,
             "updated_at": now,
         },
     )
-    return 1, False
+    return _Arrival(1, held=False, wake_pending=False)
 
 
 def record_turn(
-    conn: Connection, turn: InboundTurn, key: SessionKey, *, now: float, kind: str = "message"
+    conn: Connection,
+    turn: InboundTurn,
+    key: SessionKey,
+    *,
+    now: float,
+    kind: str = "message",
+    claim_wake: bool = False,
 ) -> Recorded:
-    """Record `turn` unless its event was seen before; call inside one write transaction."""
+    """Record `turn` unless its event was seen before; call inside one write transaction.
+
+    With `claim_wake` the caller promises to send a wake-up after commit unless the result
+    says `lease_held` or `wake_pending`, and to call `forget_wake` if sending it fails."""
     seen = find_event(conn, turn.platform, turn.event_id)
     if seen is not None:
         return seen
-    seq, held = _next_seq(conn, turn, key.key, now)
+    arrival = _next_seq(conn, turn, key.key, now, claim_wake=claim_wake)
     turn_id = _INSERT_TURN.scalar(
         conn,
         {
             "platform": turn.platform,
             "event_id": turn.event_id,
             "session_key": key.key,
-            "seq": seq,
+            "seq": arrival.seq,
             "kind": kind,
             "chat_id": turn.chat_id,
             "chat_type": turn.chat_type,
@@ -215,7 +278,19 @@ def record_turn(
             "received_at": now,
         },
     )
-    return Recorded(int(turn_id), key.key, seq, duplicate=False, lease_held=held)
+    return Recorded(
+        int(turn_id),
+        key.key,
+        arrival.seq,
+        duplicate=False,
+        lease_held=arrival.held,
+        wake_pending=arrival.wake_pending,
+    )
+
+
+def forget_wake(conn: Connection, key: str, seq: int) -> None:
+    """The wake-up claimed by arrival `seq` could not be sent: let the next turn send one."""
+    _FORGET_WAKE.rowcount(conn, {"b_key": key, "b_seq": seq})
 
 
 def request_stop(conn: Connection, key: str, now: float) -> bool:

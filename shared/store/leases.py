@@ -39,6 +39,7 @@ _ACQUIRE_ROUTE = Prepared(
         lease_holder=bindparam("b_holder"),
         lease_expires_at=bindparam("b_expires"),
         fence=routes.c.fence + 1,
+        wake_sent_at=None,  # the wake-up on its way (if any) is taken: see inbox.py
     )
     .returning(routes.c.fence)
 )
@@ -54,7 +55,7 @@ _CHECK_ROUTE = Prepared(
 _RELEASE_ROUTE = Prepared(
     update(routes)
     .where(routes.c.session_key == bindparam("b_key"), routes.c.fence == bindparam("b_fence"))
-    .values(lease_holder=None, lease_expires_at=None)
+    .values(lease_holder=None, lease_expires_at=None, wake_sent_at=None)
 )
 _STOP_REQUESTED = select(routes.c.stop_requested_at).where(
     routes.c.session_key == bindparam("b_key")

@@ -115,6 +115,10 @@ routes = Table(
     Column("fence", Integer, nullable=False, server_default=text("0")),
     Column("stop_requested_at", Float),
     Column("pending_title", Text),
+    # A wake-up was sent for the key (when, and by which arrival) and no drain has taken or
+    # let go of the lease since (revision 0007).
+    Column("wake_sent_at", Float),
+    Column("wake_seq", Integer),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Index("ix_routes_session", "session_id"),

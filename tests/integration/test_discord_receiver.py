@@ -89,7 +89,8 @@ def test_messages_are_recorded_in_order_and_chatter_is_not(
         rows[2][1]
         == "agent:main:discord:channel:700000000000000001:500000000000000001:510000000000000001"
     )
-    assert len(waker.drains) == 8
+    # One wake-up per session: the burst's later turns find the first one still on its way.
+    assert sorted(key for key, _ in waker.drains) == sorted({row[1] for row in rows})
 
 
 @pytest.mark.timeout(60)
