@@ -115,7 +115,9 @@ def connect(url: str) -> Store:
         sqlite.prepare_file(path)
         # Readers keep their connections: an overflow connection is opened and closed around
         # one read, and opening one (PRAGMAs, the schema parsed again) costs more than the read.
-        engine = create_engine(url, pool_size=16, max_overflow=16)
+        # A threads worker can have dozens of reads open at once (each thread waits its turn
+        # for the GIL between statements); the pool only grows as far as they are used.
+        engine = create_engine(url, pool_size=64, max_overflow=64)
         sqlite.install_hooks(engine)
         # One thread writes at a time (the gate); its connection stays open between writes.
         writes = create_engine(url, pool_size=1, max_overflow=0)
