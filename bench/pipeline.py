@@ -761,12 +761,6 @@ def _best_of(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     bare = runs[bare_pool]["bare"]
     zero = runs[pipe_pool]["zero_latency"]
     ratio = (zero["turns_per_s"] or 0.0) / bare["tasks_per_s"]
-    bare_cpu = [
-        sum(r["bare"]["cpu_ms_per_task"].values())
-        for r in runs.values()
-        if r["bare"]["cpu_ms_per_task"]
-    ]
-    turn_cpu = zero["cpu_ms_per_turn"]
     return {
         "bare": {**bare, "pool": bare_pool},
         "zero_latency": {**zero, "pool": pipe_pool},
@@ -776,9 +770,7 @@ def _best_of(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "met": ratio >= RATIO_TARGET,
             "same_pool": {kind: r["ratio"]["pipeline_over_bare"] for kind, r in runs.items()},
             # CPU per item, least for bare over the headline pipeline run's.
-            "cpu_bare_over_pipeline": round(min(bare_cpu) / sum(turn_cpu.values()), 3)
-            if bare_cpu and turn_cpu
-            else None,
+            "cpu_bare_over_pipeline": _cpu_ratio([r["bare"] for r in runs.values()], zero),
         },
         "by_pool": runs,
     }

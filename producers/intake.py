@@ -53,9 +53,8 @@ def accept(
     key = key_for(turn, settings)
     command = parse_command(turn.text)
 
-    now = clock()
-
     def record(conn: Connection) -> inbox.Recorded:
+        now = clock()
         recorded = inbox.record_turn(
             conn, turn, key, now=now, kind="command" if command else "message", claim_wake=True
         )

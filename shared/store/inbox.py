@@ -21,6 +21,7 @@ from sqlalchemy import (
 )
 
 from shared.session_key import SessionKey
+from shared.store.leases import ROUTE_FREE
 from shared.store.prepared import Prepared
 from shared.store.schema import inbox, routes
 from shared.turns import InboundTurn
@@ -97,11 +98,13 @@ _FIND_EVENT = Prepared(
     )
 )
 # The arrival counter's bump also tells whether a drain holds the key right now.
-_BUMP_SEQ = Prepared(
+_BUMP = (
     update(routes)
     .where(routes.c.session_key == bindparam("b_key"))
     .values(next_seq=routes.c.next_seq + 1, updated_at=bindparam("b_now"))
-    .returning(routes.c.next_seq, routes.c.lease_holder, routes.c.lease_expires_at)
+)
+_BUMP_SEQ = Prepared(
+    _BUMP.returning(routes.c.next_seq, routes.c.lease_holder, routes.c.lease_expires_at)
 )
 # The same, for a producer that will send the wake-up: it claims the sending (marks the key
 # with this arrival's seq and time) unless a drain holds the lease or an earlier wake-up is
@@ -109,19 +112,13 @@ _BUMP_SEQ = Prepared(
 # clears the mark); one that was lost (the broker forgot it, its worker died) is trusted only
 # for WAKE_PENDING_SECONDS, and redrive finds the turns meanwhile.
 WAKE_PENDING_SECONDS = 30.0
-_FREE = or_(routes.c.lease_holder.is_(None), routes.c.lease_expires_at <= bindparam("b_now"))
 _STALE = or_(routes.c.wake_sent_at.is_(None), routes.c.wake_sent_at <= bindparam("b_stale_before"))
-_CLAIM = and_(_FREE, _STALE)
+_CLAIM = and_(ROUTE_FREE, _STALE)
 _BUMP_SEQ_AND_CLAIM_WAKE = Prepared(
-    update(routes)
-    .where(routes.c.session_key == bindparam("b_key"))
-    .values(
-        next_seq=routes.c.next_seq + 1,
-        updated_at=bindparam("b_now"),
+    _BUMP.values(
         wake_sent_at=case((_CLAIM, bindparam("b_now")), else_=routes.c.wake_sent_at),
         wake_seq=case((_CLAIM, routes.c.next_seq + 1), else_=routes.c.wake_seq),
-    )
-    .returning(
+    ).returning(
         routes.c.next_seq,
         routes.c.lease_holder,
         routes.c.lease_expires_at,

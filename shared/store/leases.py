@@ -29,12 +29,11 @@ class Lease:
 # Statements are built once (values bound at execute) and run on the driver's cursor
 # (prepared.py): these run several times per turn, inside the write lock.
 
+# Nobody holds the key's lease at `b_now` (never taken, let go, or expired).
+ROUTE_FREE = or_(routes.c.lease_holder.is_(None), routes.c.lease_expires_at <= bindparam("b_now"))
 _ACQUIRE_ROUTE = Prepared(
     update(routes)
-    .where(
-        routes.c.session_key == bindparam("b_key"),
-        or_(routes.c.lease_holder.is_(None), routes.c.lease_expires_at <= bindparam("b_now")),
-    )
+    .where(routes.c.session_key == bindparam("b_key"), ROUTE_FREE)
     .values(
         lease_holder=bindparam("b_holder"),
         lease_expires_at=bindparam("b_expires"),
