@@ -60,13 +60,19 @@ def store(settings: Settings) -> Iterator[Store]:
     opened.close()
 
 
+# The services the integration tests use. A developer running two checkouts' suites at once
+# points each at its own Redis port and PostgreSQL database (tests flush their Redis dbs).
+REDIS_PORT = int(os.environ.get("HERMES_TEST_REDIS_PORT", "6379"))
+POSTGRES_DB = os.environ.get("HERMES_TEST_POSTGRES_DB", "test")
+
+
 @pytest.fixture
 def redis_url() -> str:
-    service_or_skip("Redis", "127.0.0.1", 6379)
-    return "redis://127.0.0.1:6379/0"
+    service_or_skip("Redis", "127.0.0.1", REDIS_PORT)
+    return f"redis://127.0.0.1:{REDIS_PORT}/0"
 
 
 @pytest.fixture
 def postgres_url() -> str:
     service_or_skip("PostgreSQL", "127.0.0.1", 5432)
-    return "postgresql://postgres@127.0.0.1:5432/test"
+    return f"postgresql://postgres@127.0.0.1:5432/{POSTGRES_DB}"
