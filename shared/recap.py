@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.model import MessageRecord, SessionRecord
+from shared.wording import plural
 
 USER_CHARS = 300
 ASSISTANT_CHARS = 200
@@ -123,8 +124,7 @@ def cut_assistant(text: str) -> tuple[str, bool]:
 
 
 def tools_text(calls: int, names: Sequence[str]) -> str:
-    noun = "tool call" if calls == 1 else "tool calls"
-    return f"[{calls} {noun}: {', '.join(names)}]"
+    return f"[{plural(calls, 'tool call')}: {', '.join(names)}]"
 
 
 def _counted(message: MessageRecord) -> bool:
@@ -166,5 +166,4 @@ def build_recap(
 def minimal_line(session: SessionRecord, messages: int) -> str:
     """`display.resume_display: minimal`: one line instead of the panel."""
     title = f' "{session.title}"' if session.title else ""
-    noun = "message" if messages == 1 else "messages"
-    return f"Resumed session {session.id}{title} — {messages} {noun}."
+    return f"Resumed session {session.id}{title} — {plural(messages, 'message')}."

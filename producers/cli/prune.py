@@ -8,10 +8,11 @@ import click
 
 from producers.cli.app import App, pass_app
 from producers.cli.guard import store_command
-from producers.cli.render import confirm, human_bytes, local_date, plural, progress_bar
+from producers.cli.render import confirm, human_bytes, local_date, progress_bar
 from producers.cli.space import ReclaimError, reclaim
 from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
+from shared.wording import plural
 
 DAY = 86_400.0
 PRUNE_BATCH = 500
@@ -57,7 +58,8 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
         )
     scope = f" from {source}" if source else ""
     if summary.sessions == 0:
-        click.echo(f"Nothing to prune: no sessions{scope} ended more than {days} days ago.")
+        older = plural(days, "day", grouped=False)
+        click.echo(f"Nothing to prune: no sessions{scope} ended more than {older} ago.")
         return
     click.echo(f"Will delete {describe(summary)}{scope}.")
     if dry_run:

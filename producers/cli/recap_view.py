@@ -10,6 +10,7 @@ from rich.text import Text
 
 from shared.model import MessageRecord, SessionRecord
 from shared.recap import ASSISTANT, USER, build_recap, minimal_line
+from shared.wording import plural
 
 USER_STYLE = "gold1"
 ASSISTANT_STYLE = "green"
@@ -29,7 +30,8 @@ def render_recap(
         return
     rows: list[Text] = []
     if recap.earlier:
-        rows.append(Text(f"... {recap.earlier} earlier messages ...", style="dim italic"))
+        earlier = plural(recap.earlier, "earlier message")
+        rows.append(Text(f"... {earlier} ...", style="dim italic"))
     for line in recap.lines:
         if line.kind == USER:
             row = Text.assemble(("● ", f"bold {USER_STYLE}"), (line.text, USER_STYLE))
@@ -45,7 +47,7 @@ def render_recap(
             Group(*rows),
             title=f"Resumed {_title(session)}",
             title_align="left",
-            subtitle=f"{recap.total} messages",
+            subtitle=plural(recap.total, "message"),
             subtitle_align="right",
             style="dim",
             border_style="dim",

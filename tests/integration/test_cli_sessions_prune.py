@@ -125,6 +125,8 @@ def test_prune_with_nothing_to_do(settings: Settings, mixed: Store) -> None:
     assert result.exit_code == 0
     assert result.output.strip() == "Nothing to prune: no sessions ended more than 1000 days ago."
     assert "Reclaimed" not in result.output
+    one = invoke(settings, ["sessions", "prune", "--older-than", "1", "--source", "x", "--yes"])
+    assert one.output.strip() == "Nothing to prune: no sessions from x ended more than 1 day ago."
 
 
 def test_prune_in_batches_reclaims_space(hermes_env: dict[str, str], store: Store) -> None:

@@ -22,6 +22,7 @@ from shared.maintenance import (
 from shared.settings import ResetOverrideSettings, SessionResetSettings
 from shared.store import housekeeping as hk
 from shared.store import outbox
+from shared.wording import plural
 from workers.deliver import deliver_now
 from workers.runtime import Runtime
 
@@ -52,7 +53,7 @@ def policies(
 
 def describe(reason: str, policy: ResetPolicy) -> str:
     if reason == "idle":
-        return f"no messages for {policy.idle_minutes:g} minutes"
+        return f"no messages for {plural(policy.idle_minutes, 'minute')}"
     return f"daily reset at {policy.at_hour:02d}:00 {policy.timezone}"
 
 
