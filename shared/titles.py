@@ -1,4 +1,5 @@
-"""Session titles: cleaning, length, provenance ranks, lineage numbering ("x", "x #2", "x #3")."""
+"""Session titles: cleaning, length, provenance ranks, lineage numbering ("x", "x #2", "x #3"),
+and the distinct form of a title another, unrelated session holds ("x (2)", "x (3)")."""
 
 from __future__ import annotations
 
@@ -115,3 +116,29 @@ def next_in_lineage(title: str, taken: set[str]) -> str:
     while numbered(base, n) in taken:
         n += 1
     return numbered(base, n)
+
+
+# An unrelated session's automatic title that another session holds becomes "x (2)": a form
+# that is not the continuation form "x #2", so it never looks like a member of x's lineage.
+_MAX_DISTINCT_SUFFIX = len(" ()") + 7
+
+
+def distinct(base: str, n: int) -> str:
+    """The n-th distinct form of `base`, shortened to stay within the limit ("x (2)")."""
+    suffix = f" ({n})"
+    return base[: MAX_TITLE_CHARS - len(suffix)].rstrip() + suffix
+
+
+def distinct_prefix(base: str) -> str:
+    """A prefix every distinct form of `base` starts with (for a LIKE pre-filter)."""
+    if len(base) + _MAX_DISTINCT_SUFFIX <= MAX_TITLE_CHARS:
+        return base + " ("
+    return base[: MAX_TITLE_CHARS - _MAX_DISTINCT_SUFFIX].rstrip()
+
+
+def next_distinct(title: str, taken: set[str]) -> str:
+    """The first distinct form of `title` ("x (2)", then "x (3)" …) not in `taken`."""
+    n = 2
+    while distinct(title, n) in taken:
+        n += 1
+    return distinct(title, n)

@@ -52,10 +52,6 @@ def human_bytes(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-def plural(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" + ("" if count == 1 else "s")
-
-
 def crop(text: str, cells: int) -> str:
     """`text` cut to `cells` terminal cells (CJK counts double), with an ellipsis if cut."""
     if cell_len(text) <= cells:

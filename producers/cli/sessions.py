@@ -8,12 +8,13 @@ from producers.cli.app import App, is_terminal, pass_app
 from producers.cli.browse import browse_cmd
 from producers.cli.guard import store_command
 from producers.cli.prune import prune_cmd
-from producers.cli.render import confirm, human_bytes, listing_table, plural, print_table
+from producers.cli.render import confirm, human_bytes, listing_table, print_table
 from producers.cli.sessions_io import export_cmd, import_cmd
 from producers.cli.space import file_sizes
-from shared.store import SessionNotFound
+from shared.store import SessionNotFound, lineage
 from shared.store import sessions as session_rows
 from shared.titles import TitleSource
+from shared.wording import plural
 
 
 @click.group()
@@ -59,7 +60,7 @@ def delete_cmd(ctx: click.Context, app: App, session: str, yes: bool) -> None:
     """Delete a session and its messages (by id, id prefix or title)."""
     store = app.store()
     with store.read() as conn:
-        record = session_rows.resolve_session(conn, session)
+        record = lineage.resolve_session(conn, session, newest=False)
     what = plural(record.message_count, "message")
     if record.title:
         what = f'"{record.title}", {what}'
@@ -80,7 +81,7 @@ def delete_cmd(ctx: click.Context, app: App, session: str, yes: bool) -> None:
 def rename_cmd(app: App, session: str, title: tuple[str, ...]) -> None:
     """Give a session a title; several words need no quotes."""
     with app.store().write() as conn:
-        record = session_rows.resolve_session(conn, session)
+        record = lineage.resolve_session(conn, session, newest=False)
         session_rows.set_title(conn, record.id, " ".join(title), TitleSource.USER)
         renamed = session_rows.require_session(conn, record.id)
     click.echo(f'Renamed {renamed.id} to "{renamed.title}".')

@@ -11,6 +11,7 @@ from sqlalchemy import Connection
 
 from shared.model import MessageRecord, SessionRecord
 from shared.search.query import Query
+from shared.store.visibility import Viewer  # who asks; the rule is `shared.store.visibility`
 
 
 class Order(enum.Enum):
@@ -20,19 +21,9 @@ class Order(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Viewer:
-    """Who asks, and so which sessions a call may reach (the rule of /resume and /sessions,
-    `workers.agent.visibility`): on the terminal (`cli`) every terminal session and only those;
-    on a gateway platform the sessions `user_id` started there; without a user id, none."""
-
-    platform: str
-    user_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Filters:
     """Which messages may match: their roles, their session's source, one session left out,
-    and sessions the viewer may see (None: every session, for the operator's own tools)."""
+    and the sessions `viewer` reaches (`shared.store.visibility.reach`; None: every session)."""
 
     roles: tuple[str, ...]
     source: str | None = None

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shared.search.backend import Order, Viewer
+from shared.search.backend import Order
+from shared.store.visibility import Viewer
 
 DEFAULT_LIMIT = 3
 MAX_LIMIT = 10

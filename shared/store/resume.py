@@ -1,18 +1,31 @@
-"""Resuming: a lineage's newest session, reopening an ended one, binding a route to it.
+"""Resuming and leaving: a lineage's newest session, reopening an ended one, binding a route to
+it; ending (or dropping) a session when its conversation is left.
 
 A compressed session ends with `end_reason` "compression" and its continuation names it as
 `parent_session_id`; resuming any session of such a chain lands on the newest one.
+
+Leaving the terminal (`/exit`, Ctrl-D, the end of `chat -q`) ends its session with
+`end_reason` "cli_exit", so `sessions prune` and auto-prune can remove it in time; resuming
+reopens it (`reopen_session`, as Hermes does). A turn the terminal sent before it left still
+belongs to that session: the drain runs it there and leaves the session ended
+(`runs_in_left_session`); a turn sent after the end (another terminal on the same session)
+reopens it. `/new` and `/reset` end a session the same way with their own reasons; a
+session that holds nothing (no message, no title — only commands ran in it) is deleted
+instead of kept, so repeated `/new` leaves no empty sessions behind (`close_session`).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, insert, or_, select, update
+from sqlalchemy import Connection, delete, insert, or_, select, update
 
 from shared.model import SessionRecord
+from shared.platforms import CLI
+from shared.store.inbox import has_open_turns
 from shared.store.schema import routes, sessions
-from shared.store.sessions import get_session
+from shared.store.sessions import end_session, get_session
 
 COMPRESSION = "compression"
+CLI_EXIT = "cli_exit"
 MAX_CHAIN = 10_000
 
 
@@ -51,7 +64,8 @@ def latest_session(conn: Connection, source: str) -> SessionRecord | None:
 
 
 def reopen_session(conn: Connection, session_id: str) -> bool:
-    """Clear the end of a session ended by /new or /reset (never a compressed one)."""
+    """Clear the end of a session ended by leaving the terminal, /new, /reset or a reset sweep
+    (never a compressed one: its conversation goes on in the continuation)."""
     result = conn.execute(
         update(sessions)
         .where(
@@ -104,3 +118,47 @@ def bind_route(
             updated_at=now,
         )
     )
+
+
+def holds_nothing(session: SessionRecord) -> bool:
+    """No message and no title: a session made only to run commands in."""
+    return session.message_count == 0 and session.title is None
+
+
+def close_session(conn: Connection, session_id: str, reason: str, now: float) -> str:
+    """End a session with `reason`, or delete it if it holds nothing. Returns "ended",
+    "dropped", or "" when it was gone or had ended already."""
+    session = get_session(conn, session_id)
+    if session is None or session.ended_at is not None:
+        return ""
+    if holds_nothing(session):
+        conn.execute(delete(sessions).where(sessions.c.id == session_id))
+        return "dropped"
+    return "ended" if end_session(conn, session_id, reason, now) else ""
+
+
+def leave_terminal(conn: Connection, key: str, now: float) -> str:
+    """The terminal on route `key` was left: its terminal session ends ("cli_exit"), or goes
+    if it holds nothing and no turn of the route is still waiting for it. A platform's
+    session resumed in the terminal is left as it is (its own route still uses it).
+    Returns what `close_session` does, "" when nothing changed."""
+    session_id = route_session_id(conn, key)
+    session = get_session(conn, session_id) if session_id is not None else None
+    if session is None or session.source != CLI or session.ended_at is not None:
+        return ""
+    if has_open_turns(conn, key):  # keep it for them, even if it holds nothing yet
+        return "ended" if end_session(conn, session.id, CLI_EXIT, now) else ""
+    return close_session(conn, session.id, CLI_EXIT, now)
+
+
+def runs_in_left_session(
+    conn: Connection, session_id: str, end_reason: str | None, ended_at: float, received_at: float
+) -> bool:
+    """Whether a turn for a route whose session has ended still runs in that session: a turn
+    the terminal sent before it was left (it stays ended), or one a terminal still attached
+    to it sent afterwards (it is reopened)."""
+    if end_reason != CLI_EXIT:
+        return False
+    if received_at > ended_at:
+        reopen_session(conn, session_id)
+    return True

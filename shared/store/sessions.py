@@ -1,4 +1,5 @@
-"""Session rows: create, find, resolve a user's argument, title, end, delete, list, count."""
+"""Session rows: create, find, title, end, delete, list, count (resolving a user's argument and
+lineages: `shared.store.lineage`)."""
 
 from __future__ import annotations
 
@@ -6,24 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Text, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Text, and_, bindparam, delete, func, insert, select, update
 
+from shared.mentions import without_mentions
 from shared.model import SessionRecord
-from shared.store.errors import AmbiguousSession, SessionNotFound, TitleInUse
+from shared.store.errors import SessionNotFound, TitleInUse
 from shared.store.prepared import Prepared
 from shared.store.schema import messages, sessions, source_stats
-from shared.titles import (
-    TitleSource,
-    in_lineage,
-    lineage_base,
-    lineage_number,
-    lineage_prefix,
-    next_in_lineage,
-    validate_title,
-)
+from shared.titles import TitleSource, validate_title
 
 PREVIEW_CHARS = 60
-AMBIGUOUS_SHOWN = 5
 
 
 def create_session(
@@ -83,84 +76,6 @@ def require_session(conn: Connection, session_id: str) -> SessionRecord:
     if record is None:
         raise SessionNotFound(session_id)
     return record
-
-
-def _like_prefix(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
-def resolve_session(conn: Connection, ref: str) -> SessionRecord:
-    """A user's session argument: exact id, then a unique id prefix, then a title's lineage."""
-    ref = ref.strip()
-    if not ref:
-        raise SessionNotFound(ref)
-    exact = get_session(conn, ref)
-    if exact is not None:
-        return exact
-    candidates = (
-        conn.execute(
-            select(sessions.c.id)
-            .where(sessions.c.id.like(_like_prefix(ref), escape="\\"))
-            .order_by(sessions.c.id.desc())
-            .limit(AMBIGUOUS_SHOWN + 1)
-        )
-        .scalars()
-        .all()
-    )
-    if len(candidates) == 1:
-        return require_session(conn, candidates[0])
-    if len(candidates) > 1:
-        total = conn.execute(
-            select(func.count()).where(sessions.c.id.like(_like_prefix(ref), escape="\\"))
-        ).scalar_one()
-        shown = list(candidates[:AMBIGUOUS_SHOWN])
-        raise AmbiguousSession(ref, shown, more=total - len(shown))
-    by_title = newest_in_lineage(conn, ref)
-    if by_title is not None:
-        return by_title
-    raise SessionNotFound(ref)
-
-
-def lineage_titles(conn: Connection, title: str) -> list[tuple[str, str, float]]:
-    """(title, id, started_at) of every session in `title`'s lineage ("x", "x #2", ...).
-
-    Near the length limit the numbered titles shorten the base, so the LIKE is only a
-    pre-filter and `in_lineage` decides.
-    """
-    base = lineage_base(title)
-    rows = conn.execute(
-        select(sessions.c.title, sessions.c.id, sessions.c.started_at).where(
-            or_(
-                sessions.c.title == base,
-                sessions.c.title.like(_like_prefix(lineage_prefix(base)), escape="\\"),
-            )
-        )
-    ).all()
-    return [(row.title, row.id, row.started_at) for row in rows if in_lineage(row.title, base)]
-
-
-def newest_in_lineage(conn: Connection, title: str) -> SessionRecord | None:
-    """The newest session of the lineage `title` names (exact match first, then case-blind)."""
-    try:
-        clean = validate_title(title)
-    except ValueError:
-        return None
-    members = lineage_titles(conn, clean)
-    if not members:
-        folded = conn.execute(
-            select(sessions.c.title).where(func.lower(sessions.c.title) == clean.lower()).limit(1)
-        ).scalar()
-        if folded is None:
-            return None
-        members = lineage_titles(conn, folded)
-    newest = max(members, key=lambda m: (m[2], lineage_number(m[0])))
-    return get_session(conn, newest[1])
-
-
-def continuation_title(conn: Connection, title: str) -> str:
-    """The next free title of `title`'s lineage: "x" → "x #2" → "x #3"."""
-    taken = {member[0] for member in lineage_titles(conn, title)}
-    return next_in_lineage(title, taken | {title})
 
 
 _TITLE_HOLDER = Prepared(
@@ -248,7 +163,7 @@ def first_user_text(conn: Connection, session_id: str, chars: int = PREVIEW_CHAR
     ).scalar()
     if not content:
         return ""
-    flat = " ".join(str(content).split())
+    flat = " ".join(without_mentions(str(content)).split())
     return flat if len(flat) <= chars else flat[: chars - 1].rstrip() + "…"
 
 

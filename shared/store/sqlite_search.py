@@ -102,8 +102,9 @@ def _filter_sql(filters: Filters, params: list[object]) -> tuple[str, str]:
     if filters.source is not None:
         where += " AND s.source = ?"
         params.append(filters.source)
-    where += _visible(filters.viewer, "s", params)
-    if filters.source is not None or filters.viewer is not None:
+    reached = _visible(filters.viewer, "s", params)
+    where += reached
+    if filters.source is not None or reached:
         join = " JOIN sessions AS s ON s.id = m.session_id"
     return join, where
 

@@ -3,24 +3,23 @@ sessions, parents, recent sessions.
 
 They use the DB-API cursor under the SQLAlchemy connection (same transaction): SQLAlchemy's
 statement machinery costs ~60 µs a query against ~7 µs for these indexed queries themselves,
-and a scroll is a handful of them within a 2 ms budget. The before/after counts are read from
-`ix_messages_session_role` (session_id, id, role) alone, so a session of thousands of messages
-costs no more than a short one.
+and a scroll is a handful of them within a 2 ms budget.
 """
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import cast
 
 from sqlalchemy import Connection
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from shared.model import MessageRecord, SessionRecord
-from shared.platforms import CLI
-from shared.search.backend import Viewer
-from shared.store.errors import AmbiguousSession, SessionNotFound
-from shared.store.sessions import AMBIGUOUS_SHOWN, newest_in_lineage, resolve_session
+from shared.store import schema
+from shared.store.lineage import resolve_session
+from shared.store.visibility import Viewer, reach
 
 MESSAGE_COLUMNS = (
     "id, session_id, role, content, timestamp, tool_calls, tool_call_id, tool_name,"
@@ -43,17 +42,22 @@ def marks(values: Sequence[object]) -> str:
 
 
 def visible(viewer: Viewer | None, sessions: str, params: list[object]) -> str:
-    """` AND ...` keeping the sessions (table alias `sessions`) `viewer` may see; "" for None.
-    The rule is `workers.agent.visibility`'s, as SQL."""
-    if viewer is None:
-        return ""
-    if viewer.platform == CLI:
-        params.append(CLI)
-        return f" AND {sessions}.source = ?"
-    if viewer.user_id is None:
-        return " AND 0"
-    params.extend((viewer.platform, viewer.user_id))
-    return f" AND {sessions}.source = ? AND {sessions}.user_id = ?"
+    """` AND ...` keeping the sessions (table alias `sessions`) `viewer` reaches, with its
+    values appended to `params`; "" when nothing is held back. The condition is
+    `shared.store.visibility.reach`, compiled for SQLite."""
+    sql, values = _compiled_reach(viewer, sessions)
+    params.extend(values)
+    return sql
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled_reach(viewer: Viewer | None, alias: str) -> tuple[str, tuple[object, ...]]:
+    """Compiling costs ~1 ms; a viewer's condition is the same text every time."""
+    clause = reach(viewer, schema.sessions.alias(alias))
+    if clause is None:
+        return "", ()
+    compiled = clause.compile(dialect=sqlite_dialect.dialect())
+    return f" AND {compiled}", tuple(compiled.params[name] for name in compiled.positiontup or ())
 
 
 def _role_in(roles: Sequence[str]) -> str:
@@ -73,8 +77,8 @@ def message(conn: Connection, message_id: int) -> MessageRecord | None:
 
 def around(
     conn: Connection, anchor: MessageRecord, size: int, roles: Sequence[str]
-) -> tuple[list[MessageRecord], int, int]:
-    """(`size` messages of `roles` each side of the anchor, count before them, count after)."""
+) -> list[MessageRecord]:
+    """Up to `size` messages of `roles` each side of the anchor, and the anchor, in order."""
     db = db_of(conn)
     base = (
         f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND role IN ({marks(roles)})"
@@ -119,39 +123,9 @@ def sessions_by_id(
 
 
 def resolve(conn: Connection, ref: str, viewer: Viewer | None) -> SessionRecord:
-    """`resolve_session` (exact id, unique id prefix, title's lineage) among the sessions
-    `viewer` may see: an ambiguous prefix names only those, an unseen session is not found."""
-    if viewer is None:
-        return resolve_session(conn, ref)
-    ref = ref.strip()
-    if not ref:
-        raise SessionNotFound(ref)
-    exact = sessions_by_id(conn, [ref], viewer).get(ref)
-    if exact is not None:
-        return exact
-    like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    params: list[object] = [like]
-    where = "id LIKE ? ESCAPE '\\'" + visible(viewer, "sessions", params)
-    db = db_of(conn)
-    candidates = [
-        str(row[0])
-        for row in db.execute(
-            f"SELECT id FROM sessions WHERE {where} ORDER BY id DESC LIMIT ?",
-            (*params, AMBIGUOUS_SHOWN + 1),
-        )
-    ]
-    if len(candidates) == 1:
-        return sessions_by_id(conn, candidates)[candidates[0]]
-    if len(candidates) > 1:
-        total = int(
-            db.execute(f"SELECT count(*) FROM sessions WHERE {where}", params).fetchone()[0]
-        )
-        shown = candidates[:AMBIGUOUS_SHOWN]
-        raise AmbiguousSession(ref, shown, more=total - len(shown))
-    by_title = newest_in_lineage(conn, ref)
-    if by_title is not None and sessions_by_id(conn, [by_title.id], viewer):
-        return by_title
-    raise SessionNotFound(ref)
+    """`shared.store.lineage.resolve_session`: exact id, unique id prefix, title's lineage,
+    among the sessions `viewer` reaches (an ambiguous prefix names only those)."""
+    return resolve_session(conn, ref, viewer)
 
 
 def parents(conn: Connection, ids: Iterable[str]) -> dict[str, str | None]:

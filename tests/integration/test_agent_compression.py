@@ -9,7 +9,7 @@ import pytest
 
 from producers.intake import accept
 from shared.settings import Settings, load_settings
-from shared.store import Store, inbox, messages, outbox
+from shared.store import Store, inbox, lineage, messages, outbox
 from shared.store import sessions as session_rows
 from shared.store.resume import lineage_head, route_session_id
 from tests.fakes.openai_server import FakeOpenAI, reply, running
@@ -71,7 +71,7 @@ def test_near_the_budget_a_continuation_takes_over_with_the_lineage_title(
         new = session_rows.require_session(conn, new_id)
         first = messages.transcript(conn, new_id)
         assert lineage_head(conn, old).id == new_id
-        assert session_rows.newest_in_lineage(conn, "my project") == new
+        assert lineage.newest_in_lineage(conn, "my project") == new
     assert (old.end_reason, old.title) == ("compression", "my project")
     assert (new.parent_session_id, new.title, new.title_source) == (
         old_id,
@@ -111,7 +111,7 @@ def test_slash_compress_summarises_on_request(small: Runtime, fake: FakeOpenAI) 
     assert new.id in text and new.parent_session_id is not None
 
 
-def test_auto_title_after_the_first_exchange_once_with_lineage_on_collision(
+def test_auto_title_after_the_first_exchange_once_distinct_on_collision(
     small: Runtime, fake: FakeOpenAI
 ) -> None:
     rt = small
@@ -136,7 +136,7 @@ def test_auto_title_after_the_first_exchange_once_with_lineage_on_collision(
         titled = session_rows.require_session(conn, session_id)
         second = session_rows.require_session(conn, other)
     assert (titled.title, titled.title_source) == ("Trip to Lisbon in May", "auto")
-    assert (second.title, second.title_source) == ("Trip to Lisbon in May #2", "auto")
+    assert (second.title, second.title_source) == ("Trip to Lisbon in May (2)", "auto")
     (title_request, _) = fake.chats(AUX)
     assert "same language" in title_request.messages[0]["content"]
 

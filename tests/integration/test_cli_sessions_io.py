@@ -173,9 +173,10 @@ def test_export_filters_by_source_and_session(settings: Settings, store: Store) 
     assert [json.loads(line)["id"] for line in by_source.stdout.splitlines()] == [MIDDLE]
     by_prefix = invoke(settings, ["sessions", "export", "-", "--session-id", "20250603"])
     assert [json.loads(line)["id"] for line in by_prefix.stdout.splitlines()] == [LEAF]
-    # A title names the newest of its lineage: "…調べ" finds "…調べ #2".
+    # A title names the newest of its lineage, through parent links: "…調べ" → "…調べ #2" →
+    # its untitled continuation.
     by_title = invoke(settings, ["sessions", "export", "-", "--session-id", "東京の天気 ☀️ 調べ"])
-    assert [json.loads(line)["id"] for line in by_title.stdout.splitlines()] == [MIDDLE]
+    assert [json.loads(line)["id"] for line in by_title.stdout.splitlines()] == [LEAF]
 
 
 def test_export_of_an_unknown_session_writes_no_file(

@@ -15,7 +15,7 @@ from producers.cli.app import App
 from producers.cli.main import cli
 from shared import __version__
 from shared.settings import Settings
-from shared.store import StoreError, open_store
+from shared.store import StoreError, lineage, open_store
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
 from shared.store.engine import connect
@@ -70,7 +70,7 @@ def assert_old_data_intact(path: Path) -> None:
     store = open_store(sqlite_url(path))
     try:
         with store.read() as conn:
-            record = session_rows.resolve_session(conn, "Old")
+            record = lineage.resolve_session(conn, "Old")
             assert record.message_count == 1
             assert [m.content for m in message_rows.transcript(conn, record.id)] == ["kept"]
     finally:

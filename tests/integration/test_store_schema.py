@@ -11,7 +11,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import exc, text
 
-from shared.store import Store, StoreError, open_store
+from shared.store import Store, StoreError, lineage, open_store
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
 from shared.store.engine import connect
@@ -237,7 +237,7 @@ def test_older_file_is_upgraded_on_open_with_its_data(hermes_home: Path) -> None
     upgraded = open_store(sqlite_url(path))
     try:
         with upgraded.read() as conn:
-            record = session_rows.resolve_session(conn, "Old work")
+            record = lineage.resolve_session(conn, "Old work")
             assert record.id == "20200101_000000_abcdef"
             assert record.message_count == 1
             [message] = message_rows.transcript(conn, record.id)

@@ -12,7 +12,6 @@ from producers.cli.render import (
     human_bytes,
     listing_table,
     plain_lines,
-    plural,
     relative_time,
 )
 from shared.model import SessionRecord
@@ -65,11 +64,6 @@ def test_relative_time_falls_back_to_the_date(ago: float) -> None:
 )
 def test_human_bytes(size: int, shown: str) -> None:
     assert human_bytes(size) == shown
-
-
-def test_plural() -> None:
-    assert (plural(1, "message"), plural(0, "message")) == ("1 message", "0 messages")
-    assert plural(12_345, "session") == "12,345 sessions"
 
 
 def test_crop_counts_terminal_cells() -> None:

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, update
 from shared.ids import new_session_id
 from shared.model import SessionRecord
 from shared.platforms import GATEWAY_PLATFORMS
-from shared.store import messages
+from shared.store import lineage, messages
 from shared.store import sessions as session_rows
 from shared.store.resume import COMPRESSION
 from shared.store.schema import routes
@@ -86,7 +86,7 @@ def continue_session(
     if old.ended_at is not None:
         return None
     new_id = free_session_id(conn, rt.now_datetime(), gateway=old.source in GATEWAY_PLATFORMS)
-    title = session_rows.continuation_title(conn, old.title) if old.title else None
+    title = lineage.continuation_title(conn, old.title) if old.title else None
     new = session_rows.create_session(
         conn,
         session_id=new_id,

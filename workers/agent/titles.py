@@ -5,8 +5,9 @@ heuristic takes 3–7 words from the first user message that has them (past gree
 with nothing to go on yet ("hi") is left untitled while it is fresh; once it has been quiet for
 a minute (the title sweep's call) its first words are the title, so the sweep does not ask
 again. A session that already has a title — the user's, a derived one, or an earlier auto
-one — is left alone; a title another session holds takes the next number of its lineage
-("x" → "x #2").
+one — is left alone. A title another session holds takes the distinct form "x (2)", not the
+continuation form "x #2": the two sessions are no lineage (shared.store.lineage). Mentions of
+the bot (`@hermes_bot`, `<@U…>`, `<@123>`) are left out of what a title is made from.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import re
 
 from sqlalchemy import Connection, select
 
+from shared.mentions import without_mentions
+from shared.store import lineage
 from shared.store import sessions as session_rows
 from shared.store.errors import TitleInUse
 from shared.store.schema import messages
@@ -34,8 +37,9 @@ _QUOTES = "\"'“”‘’«»「」『』`*#"
 
 
 def tidy_title(raw: str) -> str | None:
-    """A model's title as a title: first line, no label, quotes or end punctuation, ≤ 7 words."""
-    lines = [line for line in raw.strip().splitlines() if line.strip()]
+    """A model's title as a title: first line, no label, mentions, quotes or end punctuation,
+    ≤ 7 words."""
+    lines = [line for line in without_mentions(raw).strip().splitlines() if line.strip()]
     if not lines:
         return None
     text = _PREFIX_RE.sub("", lines[0].strip()).strip().strip(_QUOTES).strip()
@@ -64,12 +68,13 @@ def _first_exchange(rt: Runtime, session_id: str) -> tuple[list[str], str] | Non
             .order_by(messages.c.id)
             .limit(20)
         ).all()
-    users = [str(r.content) for r in rows if r.role == "user"]
+    users = [without_mentions(str(r.content)) for r in rows if r.role == "user"]
     reply = next((str(r.content) for r in rows if r.role == "assistant"), "")
     return (users, reply) if users else None
 
 
 def _offline_title(users: list[str], *, quiet: bool) -> str | None:
+    users = [without_mentions(text) for text in users]
     for text in users:
         title = tidy_title(heuristic_title(text) or "")
         if title is not None:
@@ -111,8 +116,8 @@ def write_auto_title(conn: Connection, session_id: str, title: str) -> str | Non
         return None
     try:
         session_rows.set_title(conn, session_id, title, TitleSource.AUTO)
-    except TitleInUse:
-        title = session_rows.continuation_title(conn, title)
+    except TitleInUse:  # an unrelated session's: "x (2)", never the continuation form "x #2"
+        title = lineage.distinct_title(conn, validate_title(title))
         session_rows.set_title(conn, session_id, title, TitleSource.AUTO)
     return title
 

@@ -4,10 +4,10 @@
 transaction open, then the continuation, the answer and the turn's status in one fenced write
 (`run_model_command`; the drain sends MODEL_COMMANDS there instead of to `run_command`).
 
-/resume and /sessions only reach sessions the requester may see (workers.agent.visibility):
-in the terminal, every terminal session; on a gateway platform, the sender's own sessions on
-that platform. /resume points this chat's route at the session (the newest of its
-compression lineage), reopening it if /new or /reset had ended it.
+/resume and /sessions only reach sessions the requester may see (shared.store.visibility):
+in the terminal, every session of every platform (the owner's); on a gateway platform, the
+sender's own sessions on that platform. /resume points this chat's route at the session (the
+newest of its compression lineage), reopening it if it had ended (left, /new, /reset).
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ from sqlalchemy import Connection, delete, func, select, update
 
 from shared.commands import Command
 from shared.model import SessionRecord
-from shared.store import inbox, leases, outbox
+from shared.store import inbox, leases, lineage, outbox
 from shared.store import sessions as session_rows
-from shared.store.resume import lineage_head, reopen_session
+from shared.store.errors import AmbiguousSession, SessionNotFound
+from shared.store.resume import holds_nothing, lineage_head, reopen_session
 from shared.store.schema import routes, sessions
-from shared.titles import TitleError, validate_title
+from shared.store.visibility import Viewer, within
+from shared.wording import plural
 from workers.agent.auxiliary import AuxiliaryUnavailable
 from workers.agent.client import Stopped
 from workers.agent.compression import continue_session, summarise
-from workers.agent.visibility import may_see, visible_clause
 from workers.commands.base import Handler, answer_rows
 from workers.deliver import deliver_now
 from workers.renewer import Held
@@ -36,7 +37,6 @@ from workers.runtime import Runtime
 log = logging.getLogger(__name__)
 
 LISTED = 10
-SHOWN_CHOICES = 5
 
 
 def _name(session: SessionRecord) -> str:
@@ -79,7 +79,7 @@ def _compress(rt: Runtime, held: Held, turn: inbox.TurnRow, session_id: str) -> 
             answer_rows(conn, turn, session_id, reply, now)
         else:
             reply = (
-                f"Compressed {summary.messages} messages into a summary. "
+                f"Compressed {plural(summary.messages, 'message')} into a summary. "
                 f"Continuing in session {_name(new)}."
             )
             answer_rows(conn, turn, new.id, reply, now)
@@ -99,68 +99,25 @@ def run_model_command(
 # --- /resume, /sessions ---
 
 
-def _like(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+def viewer_of(turn: inbox.TurnRow) -> Viewer:
+    return Viewer(turn.platform, turn.user_id)
 
 
 def find_visible(conn: Connection, turn: inbox.TurnRow, ref: str) -> SessionRecord | str:
-    """The session `ref` names among those the requester may see, or why there is none.
-
-    An exact id, then a unique id prefix, then a title (the newest of its lineage).
-    """
-    ref = ref.strip()
-    seen = visible_clause(turn.platform, turn.user_id)
-    exact = conn.execute(select(sessions).where(sessions.c.id == ref, seen)).first()
-    if exact is not None:
-        return SessionRecord.from_row(exact)
-    ids = (
-        conn.execute(
-            select(sessions.c.id)
-            .where(sessions.c.id.like(_like(ref), escape="\\"), seen)
-            .order_by(sessions.c.id.desc())
-            .limit(SHOWN_CHOICES + 1)
-        )
-        .scalars()
-        .all()
-    )
-    if len(ids) == 1:
-        return session_rows.require_session(conn, ids[0])
-    if len(ids) > 1:
-        return (
-            f"'{ref}' matches several sessions ({', '.join(ids[:SHOWN_CHOICES])}…); be more exact."
-        )
+    """The session `ref` names (an exact id, a unique id prefix, a title: the newest of its
+    lineage) among those the requester reaches, or why there is none."""
     try:
-        title = validate_title(ref)
-    except TitleError:
-        return f"No session matches '{ref}'."
-    members = _visible_lineage(conn, turn, title)
-    if not members:  # case-blind, as `hermes -r TITLE` is
-        folded = conn.execute(
-            select(sessions.c.title)
-            .where(func.lower(sessions.c.title) == title.lower(), seen)
-            .limit(1)
-        ).scalar()
-        members = _visible_lineage(conn, turn, str(folded)) if folded else []
-    if not members:
-        return f"No session matches '{ref}'. /sessions lists yours."
-    newest = max(members, key=lambda m: m[2])
-    return session_rows.require_session(conn, newest[1])
-
-
-def _visible_lineage(
-    conn: Connection, turn: inbox.TurnRow, title: str
-) -> list[tuple[str, str, float]]:
-    return [
-        m
-        for m in session_rows.lineage_titles(conn, title)
-        if may_see(turn.platform, turn.user_id, session_rows.require_session(conn, m[1]))
-    ]
+        return lineage.resolve_session(conn, ref, viewer_of(turn))
+    except AmbiguousSession as exc:
+        return str(exc)
+    except SessionNotFound:
+        return f"No session matches '{ref.strip()}'. /sessions lists yours."
 
 
 def _drop_if_unused(conn: Connection, session_id: str) -> None:
     """The empty, untitled session made just to run this command is not kept."""
     session = session_rows.get_session(conn, session_id)
-    if session is not None and session.message_count == 0 and session.title is None:
+    if session is not None and holds_nothing(session):
         conn.execute(delete(sessions).where(sessions.c.id == session_id))
 
 
@@ -182,22 +139,21 @@ def _resume(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str,
     _drop_if_unused(conn, session_id)
     count = session_rows.require_session(conn, target.id).message_count
     when = _when(target.last_active_at)
-    return f"Resumed session {_name(target)}: {count} messages, last active {when}."
+    return f"Resumed session {_name(target)}: {plural(count, 'message')}, last active {when}."
 
 
 def _sessions(
     conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, args: str
 ) -> str:
-    seen = visible_clause(turn.platform, turn.user_id)
+    viewer = viewer_of(turn)
+    listed = [*within(viewer), sessions.c.message_count > 0]
     rows = conn.execute(
         select(sessions)
-        .where(seen, sessions.c.message_count > 0)
+        .where(*listed)
         .order_by(sessions.c.last_active_at.desc(), sessions.c.id.desc())
         .limit(LISTED)
     ).all()
-    total = conn.execute(
-        select(func.count()).where(seen, sessions.c.message_count > 0)
-    ).scalar_one()
+    total = conn.execute(select(func.count()).select_from(sessions).where(*listed)).scalar_one()
     if not rows:
         return "No saved sessions yet."
     lines = [f"Your sessions (newest first, {min(total, LISTED)} of {total}):"]
@@ -206,8 +162,9 @@ def _sessions(
         mark = " ← current" if record.id == session_id else ""
         ended = f", ended ({record.end_reason})" if record.ended_at else ""
         title = record.title or "(untitled)"
+        where = f" on {record.source}" if viewer.owner and record.source != turn.platform else ""
         lines.append(
-            f"• {title} — {record.id}, {record.message_count} messages, "
+            f"• {title} — {record.id}{where}, {plural(record.message_count, 'message')}, "
             f"{_when(record.last_active_at)}{ended}{mark}"
         )
     lines.append("Resume one with /resume <title or id>.")
