@@ -32,6 +32,7 @@ from shared.store import sessions as session_rows
 from shared.store.errors import TitleInUse
 from shared.store.housekeeping import MEMORY_FLUSH
 from shared.store.prepared import Prepared
+from shared.store.resume import runs_in_left_session
 from shared.store.schema import routes, sessions
 from shared.titles import TitleError
 from workers import deliver
@@ -49,7 +50,12 @@ log = logging.getLogger(__name__)
 HISTORY_MESSAGES = 200
 
 _ROUTE_SESSION = Prepared(
-    select(routes.c.pending_title, sessions.c.id.label("live_id"), sessions.c.ended_at)
+    select(
+        routes.c.pending_title,
+        sessions.c.id.label("live_id"),
+        sessions.c.ended_at,
+        sessions.c.end_reason,
+    )
     .select_from(routes.outerjoin(sessions, sessions.c.id == routes.c.session_id))
     .where(routes.c.session_key == bindparam("b_key"))
 )
@@ -218,11 +224,18 @@ def _bury(rt: Runtime, held: Held, turn: inbox.TurnRow) -> None:
 
 
 def current_session(conn: Connection, rt: Runtime, turn: inbox.TurnRow) -> str:
-    """The key's live session, created on first need (the lease makes this single-flight)."""
+    """The key's live session, created on first need (the lease makes this single-flight).
+    A terminal's session that was left still takes the turns sent to it (`resume`)."""
     route = _ROUTE_SESSION.first(conn, {"b_key": turn.session_key})
     assert route is not None  # the turn's arrival made the route row
-    if route["live_id"] is not None and route["ended_at"] is None:
-        return str(route["live_id"])
+    live = route["live_id"]
+    if live is not None and (
+        route["ended_at"] is None
+        or runs_in_left_session(
+            conn, live, route["end_reason"], route["ended_at"], turn.received_at
+        )
+    ):
+        return str(live)
     now = rt.clock()
     session_id = _terminal_id(conn, turn) or compression.free_session_id(
         conn, rt.now_datetime(), gateway=turn.platform in GATEWAY_PLATFORMS

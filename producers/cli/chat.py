@@ -152,6 +152,7 @@ def run_chat(
         terminal.close()
         with _signals_ignored():  # a second Ctrl-C or hang-up must not strand the stack
             try:
+                _leave(terminal, notes)
                 if stack.chat_owned:
                     with contextlib.suppress(Exception):  # a courtesy; never keeps the stack
                         _let_the_title_land(terminal)
@@ -185,6 +186,15 @@ def _one_shot(
         click.echo(line)
     notes.print(f"session {session_id}", style="dim", markup=False)
     return 0 if outcome.status == "done" else 1
+
+
+def _leave(terminal: TerminalChat, notes: Console) -> None:
+    """Leaving ends the terminal's session (resuming reopens it); a failure is said, and
+    never keeps the chat from stopping its stack."""
+    try:
+        terminal.leave()
+    except Exception as exc:
+        _say(notes, f"hermes: could not mark the session ended ({exc}); `hermes -c` still works.")
 
 
 def _let_the_title_land(terminal: TerminalChat) -> None:

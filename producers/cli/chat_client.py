@@ -29,16 +29,18 @@ from shared.model import MessageRecord, SessionRecord
 from shared.platforms import CLI, DM
 from shared.ports import Waker
 from shared.settings import Settings
-from shared.store import Store, inbox, messages, outbox
+from shared.store import Store, inbox, lineage, messages, outbox
 from shared.store import sessions as session_rows
 from shared.store.memory import LOCAL_USER
 from shared.store.resume import (
     bind_route,
     latest_session,
+    leave_terminal,
     lineage_head,
     reopen_session,
     route_session_id,
 )
+from shared.store.visibility import Viewer
 from shared.turns import Attachment, InboundTurn
 
 CHANNEL = "hermes:cli:{chat_id}"  # workers.delivery.cli.channel_for publishes here
@@ -46,10 +48,11 @@ POLL_SECONDS = 0.25
 REWAKE_SECONDS = 5.0  # no beat runs beside a terminal's own stack: re-send a lost wake-up
 FINISHED = {inbox.DONE, inbox.FAILED, inbox.CANCELLED, inbox.DEAD}
 RECAP_MESSAGES = 400
+OWNER = Viewer(CLI, LOCAL_USER)  # the person at this terminal owns the home: every session
 
 
 class NothingToResume(LookupError):
-    """`hermes -c` with no earlier terminal session, or a name with no session."""
+    """`hermes -c` with no earlier terminal session."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,15 +127,12 @@ class TerminalChat:
         self._use(chat_id)
 
     def find(self, *, resume: str | None = None, continue_name: str | None = None) -> SessionRecord:
-        """The session `-r REF` or `-c [NAME]` names, at the head of its compression lineage."""
+        """The session `-r REF` or `-c [REF]` names (an id, a unique id prefix or a title; the
+        latest terminal session for a bare `-c`), at the head of its compression lineage."""
         with self.store.read() as conn:
-            if resume is not None:
-                found = session_rows.resolve_session(conn, resume)
-            elif continue_name:
-                maybe = session_rows.newest_in_lineage(conn, continue_name)
-                if maybe is None:
-                    raise NothingToResume(f"No session is titled {continue_name!r}.")
-                found = maybe
+            ref = resume if resume is not None else continue_name
+            if ref:
+                found = lineage.resolve_session(conn, ref, OWNER)
             else:
                 latest = latest_session(conn, CLI)
                 if latest is None:
@@ -157,6 +157,14 @@ class TerminalChat:
                 now=self.clock(),
             )
             return session_rows.require_session(conn, session.id)
+
+    def leave(self) -> str:
+        """This terminal is done with its session: it ends (`cli_exit`), or goes if it holds
+        nothing. Returns what happened ("ended", "dropped" or "")."""
+        if not self.key:
+            return ""
+        with self.store.write() as conn:
+            return leave_terminal(conn, self.key, self.clock())
 
     def _use(self, chat_id: str) -> None:
         self.chat_id = chat_id

@@ -6,13 +6,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from io import StringIO
 from pathlib import Path
 
 import pexpect
@@ -24,83 +20,18 @@ from shared.settings import load_settings
 from shared.store import messages, open_store
 from shared.store import sessions as session_rows
 from shared.store.schema import inbox as inbox_table
+from tests.integration.terminal_kit import (
+    PROMPT,
+    SESSION_ID,
+    Terminal,
+    hermes_bin,
+    run,
+    start,
+    term_env,
+    terminals,
+)
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|[\x08\r]")
-SESSION_ID = re.compile(r"Session (\d{8}_\d{6}_[0-9a-f]{6})\b")
-PROMPT = "●"
-
-
-def hermes_bin() -> str:
-    beside = Path(sys.executable).with_name("hermes")
-    found = str(beside) if beside.exists() else shutil.which("hermes")
-    assert found, "the hermes console script is installed with the package"
-    return found
-
-
-class Terminal:
-    """One `hermes` process in a 50x200 pty; `text()` is what it printed, without ANSI codes."""
-
-    def __init__(self, env: dict[str, str], *args: str) -> None:
-        self.log = StringIO()
-        self.child = pexpect.spawn(
-            hermes_bin(), list(args), env=env, encoding="utf-8", timeout=60, dimensions=(50, 200)
-        )
-        self.child.logfile_read = self.log
-
-    def ready(self) -> Terminal:
-        self.child.expect("Type a message")
-        self.child.expect(PROMPT)
-        return self
-
-    def say(self, line: str, *, expect: str) -> None:
-        self.child.sendline(line)
-        self.child.expect(re.escape(expect))
-        self.child.expect(PROMPT)
-
-    def leave(self) -> str:
-        self.child.sendcontrol("d")
-        self.child.expect(pexpect.EOF)
-        self.child.close()
-        assert self.child.exitstatus == 0, self.text()
-        return self.text()
-
-    def text(self) -> str:
-        return ANSI.sub("", self.log.getvalue())
-
-    def kill(self) -> None:
-        if self.child.isalive():
-            self.child.sendcontrol("d")
-            try:
-                self.child.expect(pexpect.EOF, timeout=30)
-            except pexpect.TIMEOUT:
-                self.child.close(force=True)
-
-
-@pytest.fixture
-def term_env(hermes_env: dict[str, str]) -> dict[str, str]:
-    # prompt_toolkit asks the terminal where its cursor is; a pty under test never answers.
-    return {**hermes_env, "TERM": "xterm-256color", "PROMPT_TOOLKIT_NO_CPR": "1"}
-
-
-@pytest.fixture
-def terminals(term_env: dict[str, str], hermes_home: Path) -> Iterator[list[Terminal]]:
-    opened: list[Terminal] = []
-    yield opened
-    for terminal in opened:
-        terminal.kill()
-    record = hermes_home / "run" / "chat-stack.json"
-    leftover = json.loads(record.read_text()) if record.exists() else None
-    if leftover:  # a failed test must not leave the processes it started
-        for pid in (leftover.get("worker"), leftover.get("redis")):
-            subprocess.run(["kill", str(pid)], check=False, capture_output=True)
-    assert leftover is None, "the chat left its embedded stack running"
-    assert not (hermes_home / "run" / "redis.sock").exists()
-
-
-def start(terminals: list[Terminal], env: dict[str, str], *args: str) -> Terminal:
-    terminal = Terminal(env, *args)
-    terminals.append(terminal)
-    return terminal
+__all__ = ["term_env", "terminals"]  # fixtures
 
 
 def test_fresh_machine_chat_exit_prints_the_id_and_continue_shows_the_recap(
@@ -224,23 +155,17 @@ def test_title_before_the_first_message_and_continue_by_name(
     assert (session.title, session.title_source) == ("Plans for May", "user")
 
 
-def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [hermes_bin(), *args], env=env, capture_output=True, text=True, timeout=120
-    )
-
-
 def test_one_shot_prints_only_the_reply_and_continues_with_c(
     term_env: dict[str, str], hermes_home: Path
 ) -> None:
-    first = _run(term_env, "chat", "-q", "ping")
+    first = run(term_env, "chat", "-q", "ping")
     assert first.returncode == 0, first.stderr
     assert first.stdout == (
         "[offline model] I am the offline model (no model endpoint is configured), "
         "so I can only echo: ping\n"
     )
     session_id = re.findall(r"session (\d{8}_\d{6}_[0-9a-f]{6})", first.stderr)[0]
-    second = _run(term_env, "chat", "-q", "pong", "-c")
+    second = run(term_env, "chat", "-q", "pong", "-c")
     assert second.returncode == 0 and second.stdout.endswith("echo: pong\n")
     assert f"session {session_id}" in second.stderr
     assert not (hermes_home / "run" / "chat-stack.json").exists()
@@ -276,7 +201,7 @@ def _run_with(env: dict[str, str], stdin: str, *args: str) -> subprocess.Complet
 def test_one_shot_gets_its_title_and_command_only_chats_are_not_continued(
     term_env: dict[str, str], hermes_home: Path
 ) -> None:
-    first = _run(term_env, "chat", "-q", "I want to plan a trip to Lisbon in May")
+    first = run(term_env, "chat", "-q", "I want to plan a trip to Lisbon in May")
     assert first.returncode == 0, first.stderr
     session_id = re.findall(r"session (\d{8}_\d{6}_[0-9a-f]{6})", first.stderr)[0]
     store = open_store(load_settings(term_env).resolved_database_url)
@@ -294,8 +219,7 @@ def test_one_shot_gets_its_title_and_command_only_chats_are_not_continued(
         assert "Resume it with" not in commands.stdout
         with store.read() as conn:
             listed, _ = session_rows.list_sessions(conn)
-        empty = [row.record for row in listed if row.record.message_count == 0]
-        assert len(empty) == 1  # the command-only chat did leave a session behind
+        assert all(row.record.message_count for row in listed)  # the empty one is gone
     finally:
         store.close()
 
@@ -331,12 +255,12 @@ def test_leaving_a_chat_owned_stack_waits_briefly_for_a_fresh_title() -> None:
 
 
 def test_bad_references_are_one_line_errors(term_env: dict[str, str]) -> None:
-    missing = _run(term_env, "-r", "nope")
+    missing = run(term_env, "-r", "nope")
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
     assert "nope" in missing.stderr
-    nothing = _run(term_env, "-c")
+    nothing = run(term_env, "-c")
     assert nothing.returncode == 1 and "No earlier terminal session" in nothing.stderr
-    both = _run(term_env, "chat", "-c", "-r", "x")
+    both = run(term_env, "chat", "-c", "-r", "x")
     assert both.returncode == 2 and "not both" in both.stderr
 
 
@@ -385,7 +309,7 @@ def test_resuming_a_compressed_session_lands_on_the_newest_of_its_lineage(
     finally:
         store.close()
     for ref in (old, "trip"):
-        result = _run(term_env, "chat", "-q", "where were we?", "-r", ref)
+        result = run(term_env, "chat", "-q", "where were we?", "-r", ref)
         assert result.returncode == 0, result.stderr
         assert f"session {new}" in result.stderr
 
@@ -420,11 +344,11 @@ def test_with_hermes_up_running_the_chat_uses_it(
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            status = _run(term_env, "status", "--json")
+            status = run(term_env, "status", "--json")
             if status.returncode == 0 and json.loads(status.stdout).get("workers"):
                 break
             time.sleep(0.5)
-        result = _run(term_env, "chat", "-q", "hello up")
+        result = run(term_env, "chat", "-q", "hello up")
         assert result.returncode == 0, result.stderr
         assert result.stdout.endswith("echo: hello up\n")
         assert "Using the hermes stack already running" in result.stderr

@@ -7,6 +7,7 @@ from sqlalchemy import Connection, select, update
 from shared.store import inbox
 from shared.store import sessions as session_rows
 from shared.store.errors import TitleInUse
+from shared.store.resume import close_session
 from shared.store.schema import inbox as inbox_table
 from shared.store.schema import routes
 from shared.titles import TitleError, TitleSource, validate_title
@@ -50,7 +51,9 @@ def _end_and_detach(
     reason: str,
     pending_title: str | None,
 ) -> None:
-    session_rows.end_session(conn, session_id, reason, rt.clock())
+    """End the session (deleted instead if it holds nothing: only commands ran in it) and
+    detach the route, so the next message starts a new one."""
+    close_session(conn, session_id, reason, rt.clock())
     conn.execute(
         update(routes)
         .where(routes.c.session_key == turn.session_key)
@@ -65,9 +68,12 @@ def _new(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, ar
             title = validate_title(args)
         except TitleError as exc:
             return str(exc)
-        holder = session_rows.newest_in_lineage(conn, title)
-        if holder is not None and holder.title == title:
-            return f"The title '{title}' is taken by session {holder.id}; pick another."
+        holder = session_rows.title_holder(conn, title)
+        if holder is not None:
+            return (
+                f"The title '{title}' is taken by session {holder}; pick another "
+                "(nothing was started)."
+            )
     _end_and_detach(conn, rt, turn, session_id, "new", title)
     return f"Started a new session '{title}'." if title else "Started a new session."
 
