@@ -59,8 +59,8 @@ class SearchBackend(Protocol):
 
     def around(
         self, conn: Connection, anchor: MessageRecord, size: int, roles: Sequence[str]
-    ) -> tuple[list[MessageRecord], int, int]:
-        """Up to `size` messages of `roles` each side of `anchor`, and how many lie beyond."""
+    ) -> list[MessageRecord]:
+        """Up to `size` messages of `roles` each side of `anchor`, and `anchor`, in order."""
         ...
 
     def ends(

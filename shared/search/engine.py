@@ -12,8 +12,8 @@ Decisions:
 - `role_filter` picks the roles that are searched and shown in windows; bookends are always
   the first and last user/assistant messages (less those already in the window). The anchor
   is shown even when its role is not in the filter (a scroll may start anywhere).
-- `messages_before`/`messages_after` count the session's messages of those roles outside the
-  window: 0 means the window reaches the start/end.
+- `messages_before`/`messages_after` count the messages the window shows before and after
+  the anchor: fewer than `window` means it reaches the start/end of the session.
 - Relevance is bm25 within the newest matches (see `shared.store.sqlite_search`); `newest` and
   `oldest` follow message order.
 - Matched terms are marked ⟦like this⟧ in snippets. Contents are clipped (anchor 2000, window
@@ -170,7 +170,7 @@ def _result(
 ) -> dict[str, Any]:
     anchor = backend.message(conn, pick.hit.message_id)
     assert anchor is not None
-    shown, before, after = backend.around(conn, anchor, request.window, request.roles)
+    shown = backend.around(conn, anchor, request.window, request.roles)
     in_window = {m.id for m in shown}
     first, last = backend.ends(conn, session.id, CONVERSATION_ROLES, BOOKEND)
     start = [m for m in first if m.id not in in_window]
@@ -188,8 +188,7 @@ def _result(
         "messages": [_window_message(m, anchor.id) for m in shown],
         "bookend_end": [views.message_dict(m, views.BOOKEND_CHARS) for m in end],
         "match_message_id": anchor.id,
-        "messages_before": before,
-        "messages_after": after,
+        **_sides(shown, anchor.id),
     }
     if pick.root != session.id:
         result["lineage_root_id"] = pick.root
@@ -215,7 +214,7 @@ def scroll(conn: Connection, backend: SearchBackend, request: SearchRequest) -> 
             "pass a session_id and a message id from the same result",
         )
     session = seen[anchor.session_id]
-    shown, before, after = backend.around(conn, anchor, request.window, request.roles)
+    shown = backend.around(conn, anchor, request.window, request.roles)
     return {
         "mode": "scroll",
         "session_id": session.id,
@@ -224,9 +223,14 @@ def scroll(conn: Connection, backend: SearchBackend, request: SearchRequest) -> 
         "around_message_id": anchor.id,
         "window": request.window,
         "messages": [_window_message(m, anchor.id) for m in shown],
-        "messages_before": before,
-        "messages_after": after,
+        **_sides(shown, anchor.id),
     }
+
+
+def _sides(shown: list[MessageRecord], anchor_id: int) -> dict[str, int]:
+    """How many of the window's messages come before and after its anchor."""
+    before = sum(1 for m in shown if m.id < anchor_id)
+    return {"messages_before": before, "messages_after": len(shown) - before - 1}
 
 
 def read(conn: Connection, backend: SearchBackend, request: SearchRequest) -> dict[str, Any]:

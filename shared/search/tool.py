@@ -5,22 +5,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared.search.backend import Viewer
 from shared.search.engine import error, search
 from shared.search.request import DEFAULT_WINDOW, MAX_LIMIT, MAX_WINDOW, RequestError, SearchRequest
 from shared.store.engine import Store
+from shared.store.visibility import Viewer
 
 TOOL_NAME = "session_search"
 
 TOOL_DESCRIPTION = (
-    "Recall earlier conversations with this user (all past sessions, not the current one). "
+    "Recall earlier conversations (all past sessions you may see, not the current one). "
     "Four shapes, chosen by the arguments: "
     "(1) discover: pass `query` to full-text search; one result per conversation, each with a "
     "snippet, the first and last messages (bookends) and a window of messages around the "
     'match (the match has "anchor": true). '
     "(2) scroll: pass `session_id` and `around_message_id` to see the messages around one "
-    "message; pass the first or last id of a window to move backwards or forwards "
-    "(messages_before/messages_after = 0 means you reached the start/end). "
+    "message; pass the first or last id of a window to move backwards or forwards. "
+    "messages_before/messages_after count the messages shown before/after the anchor in this "
+    "window: fewer than `window` means you reached the start/end of the conversation. "
     "(3) read: pass `session_id` alone for that conversation (long ones are shortened). "
     "(4) browse: no arguments lists recent conversations. "
     'Query syntax: words must all appear (AND), "exact phrase", OR, NOT, prefix*; Chinese, '

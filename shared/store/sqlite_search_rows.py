@@ -86,11 +86,7 @@ def around(
     params = (anchor.session_id, *roles, anchor.id, size)
     earlier = _messages(db.execute(f"{base} AND id < ? ORDER BY id DESC LIMIT ?", params))
     later = _messages(db.execute(f"{base} AND id > ? ORDER BY id LIMIT ?", params))
-    shown = [*reversed(earlier), anchor, *later]
-    counted = f"SELECT count(*) FROM messages WHERE session_id = ? AND role IN ({marks(roles)})"
-    before = db.execute(f"{counted} AND id < ?", (anchor.session_id, *roles, shown[0].id))
-    after = db.execute(f"{counted} AND id > ?", (anchor.session_id, *roles, shown[-1].id))
-    return shown, int(before.fetchone()[0]), int(after.fetchone()[0])
+    return [*reversed(earlier), anchor, *later]
 
 
 def ends(

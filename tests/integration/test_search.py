@@ -92,7 +92,8 @@ def test_discover_returns_the_full_shape(store: Store, log: Log) -> None:
     window = [m["id"] for m in hit["messages"]]
     assert window == mids[0:10]  # ±5 around index 5: 0..9 (only 4 after it exist)
     assert [m["id"] for m in hit["messages"] if m.get("anchor")] == [mids[5]]
-    assert hit["messages_before"] == 0 and hit["messages_after"] == 0
+    # shown before and after the anchor: 4 after, fewer than the window, is the end
+    assert hit["messages_before"] == 5 and hit["messages_after"] == 4
     assert hit["bookend_start"] == [] and hit["bookend_end"] == []  # all inside the window
 
 
@@ -105,8 +106,7 @@ def test_bookends_are_first_and_last_three_conversation_messages(store: Store, l
     assert [m["id"] for m in hit["messages"]] == mids[13:18]
     assert [m["id"] for m in hit["bookend_start"]] == [mids[0], mids[2], mids[3]]
     assert [m["id"] for m in hit["bookend_end"]] == mids[27:30]
-    assert hit["messages_before"] == 12  # 13 earlier messages, one of them a tool message
-    assert hit["messages_after"] == 12
+    assert hit["messages_before"] == 2 and hit["messages_after"] == 2  # the window's
 
 
 def test_one_result_per_lineage(store: Store, log: Log) -> None:
@@ -401,7 +401,7 @@ def test_scroll_moves_backwards_and_forwards_sharing_the_boundary(store: Store, 
     middle = call(store, session_id="s", around_message_id=mids[20], window=5)
     shown = [m["id"] for m in middle["messages"]]
     assert shown == mids[15:26]
-    assert middle["messages_before"] == 15 and middle["messages_after"] == 14
+    assert middle["messages_before"] == 5 and middle["messages_after"] == 5
     back = call(store, session_id="s", around_message_id=shown[0], window=5)
     back_ids = [m["id"] for m in back["messages"]]
     assert back_ids == mids[10:21] and shown[0] in back_ids
@@ -415,10 +415,10 @@ def test_scroll_edges_show_fewer_messages(store: Store, log: Log) -> None:
     mids = log.session("s", filler(8))
     start = call(store, session_id="s", around_message_id=mids[1], window=5)
     assert [m["id"] for m in start["messages"]] == mids[0:7]
-    assert start["messages_before"] == 0 and start["messages_after"] == 1
+    assert start["messages_before"] == 1 and start["messages_after"] == 5  # 1 < 5: the start
     end = call(store, session_id="s", around_message_id=mids[-1], window=5)
     assert [m["id"] for m in end["messages"]] == mids[2:8]
-    assert end["messages_before"] == 2 and end["messages_after"] == 0
+    assert end["messages_before"] == 5 and end["messages_after"] == 0  # 0 < 5: the end
 
 
 def test_scroll_window_is_capped_and_checked(store: Store, log: Log) -> None:
