@@ -36,6 +36,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from shared.mentions import without_mentions
 from shared.model import MessageRecord, SessionRecord
 from shared.search import views
 from shared.search.backend import Filters, Hit, SearchBackend
@@ -287,6 +288,6 @@ def browse(conn: Connection, backend: SearchBackend, request: SearchRequest) -> 
     for record in chosen.values():
         item = views.session_dict(record)
         text = backend.first_text(conn, record.id, "user", views.PREVIEW_CHARS * 2)
-        item["preview"] = views.clip(" ".join(text.split()), views.PREVIEW_CHARS)
+        item["preview"] = views.clip(" ".join(without_mentions(text).split()), views.PREVIEW_CHARS)
         listed.append(item)
     return {"mode": "browse", "count": len(listed), "sessions": listed, "more": more}
