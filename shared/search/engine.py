@@ -44,6 +44,7 @@ from shared.search.query import Query, QueryError, parse
 from shared.search.request import RequestError, SearchRequest
 from shared.store.engine import Store
 from shared.store.errors import AmbiguousSession, SessionNotFound
+from shared.wording import plural
 
 CONVERSATION_ROLES = ("user", "assistant")
 BOOKEND = 3
@@ -253,8 +254,9 @@ def read(conn: Connection, backend: SearchBackend, request: SearchRequest) -> di
     if omitted:
         out["omitted_messages"] = omitted
         out["note"] = (
-            f"{omitted} messages after message {shown[READ_HEAD - 1].id} are left out; scroll with "
-            "session_id and around_message_id to read them"
+            f"{plural(omitted, 'message')} after message {shown[READ_HEAD - 1].id} "
+            f"{'is' if omitted == 1 else 'are'} left out; scroll with session_id and "
+            "around_message_id to read them"
         )
     return out
 

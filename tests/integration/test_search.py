@@ -457,6 +457,12 @@ def test_read_caps_a_long_session(store: Store, log: Log) -> None:
     assert result["omitted_messages"] == 90 and "around_message_id" in result["note"]
 
 
+def test_read_counts_one_left_out_message_as_one(store: Store, log: Log) -> None:
+    log.session("s", filler(61))
+    result = call(store, session_id="s")
+    assert result["omitted_messages"] == 1 and result["note"].startswith("1 message after")
+
+
 def test_read_by_title_and_unknown(store: Store, log: Log) -> None:
     log.session("20240101_000000_abcdef", filler(2), title="named thing")
     assert call(store, session_id="named thing")["session_id"] == "20240101_000000_abcdef"
