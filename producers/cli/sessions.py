@@ -91,27 +91,21 @@ def rename_cmd(app: App, session: str, title: tuple[str, ...]) -> None:
 @pass_app
 @store_command
 def stats_cmd(app: App) -> None:
-    """Session and message counts per source, and the size of state.db."""
+    """Session and message counts, sessions per source, and the size of state.db."""
     store = app.store()
     with store.read() as conn:
         totals = session_rows.stats(conn)
-    if totals.sessions == 0:
-        click.echo("No sessions yet.")
-    else:
-        click.echo(f"Sessions: {totals.sessions:,}")
-        click.echo(f"Messages: {totals.messages:,}")
-        width = max(len(source) for source, _, _ in totals.by_source)
-        for source, count, messages in totals.by_source:
-            click.echo(
-                f"  {source:<{width}}  {plural(count, 'session')}, {plural(messages, 'message')}"
-            )
+    click.echo(f"Total sessions: {totals.sessions}")  # the guide's lines, numbers as they are
+    click.echo(f"Total messages: {totals.messages}")
+    for source, count, _messages in totals.by_source:
+        click.echo(f"  {source}: {plural(count, 'session', grouped=False)}")
     if store.path is None:
-        click.echo(f"Database: {store.dialect} server (size not measured here)")
+        click.echo(f"Database size: not measured here ({store.dialect} server)")
         return
     main, wal = file_sizes(store.path)
     click.echo(
-        f"Database: {store.path}, {human_bytes(main + wal)} on disk "
-        f"({human_bytes(main)} + {human_bytes(wal)} WAL)"
+        f"Database size: {human_bytes(main + wal)} "
+        f"(state.db {human_bytes(main)} + WAL {human_bytes(wal)}, {store.path})"
     )
 
 

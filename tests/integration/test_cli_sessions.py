@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -283,18 +284,30 @@ def test_stats_per_source_and_database_size(settings: Settings, store: Store) ->
     result = invoke(settings, ["sessions", "stats"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0] == "Sessions: 3"
-    assert lines[1] == "Messages: 6"
-    assert lines[2].split() == ["cli", "2", "sessions,", "3", "messages"]
-    assert lines[3].split() == ["telegram", "1", "session,", "3", "messages"]
-    assert lines[4].startswith(f"Database: {settings.state_db_path}, ")
-    assert "WAL" in lines[4]
+    assert lines[:4] == [  # the guide's lines
+        "Total sessions: 3",
+        "Total messages: 6",
+        "  cli: 2 sessions",
+        "  telegram: 1 session",
+    ]
+    size = re.fullmatch(r"Database size: (\d+\.\d) (KB|MB) \((.*)\)", lines[4])
+    assert size is not None, lines[4]
+    assert "WAL" in size.group(3) and str(settings.state_db_path) in size.group(3)
+    assert len(lines) == 5
+
+
+def test_stats_counts_past_a_thousand_as_the_guide_prints_them(
+    settings: Settings, store: Store
+) -> None:
+    seed(store, *(Seed(f"20250615_1{i:05d}_aaaaaa") for i in range(1001)))
+    lines = invoke(settings, ["sessions", "stats"]).output.splitlines()
+    assert lines[:3] == ["Total sessions: 1001", "Total messages: 1001", "  cli: 1001 sessions"]
 
 
 def test_stats_on_an_empty_store(hermes_env: dict[str, str]) -> None:
     done = hermes(hermes_env, "sessions", "stats")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("No sessions yet.\nDatabase: ")
+    assert done.stdout.startswith("Total sessions: 0\nTotal messages: 0\nDatabase size: ")
 
 
 # --- a broken environment: one line, exit 2, nothing changed ---
