@@ -112,6 +112,28 @@ def test_handoff_explains_what_is_missing(settings: Settings, store: Store) -> N
         assert want in _replies(store, "telegram:111")[-1]
 
 
+def test_handoff_to_a_disabled_platform_says_it_is_disabled(
+    hermes_env: dict[str, str], store: Store
+) -> None:
+    settings = load_settings(
+        {
+            **hermes_env,
+            "HERMES_PLATFORMS__DISCORD__TOKEN": "discord-token",
+            "HERMES_PLATFORMS__DISCORD__ENABLED": "false",
+        }
+    )
+    rt, _ = make_runtime(settings, store)
+    tg = {"platform": "telegram", "chat_type": "dm", "user_id": "111"}
+    accepted = accept(
+        store, rt.waker, turn(1, "111", text="/handoff discord", **tg), settings=settings,
+        clock=time.time,
+    )  # fmt: skip
+    drain(rt, accepted.session_key)
+    answer = _replies(store, "telegram:111")[-1]
+    assert "disabled" in answer and "platforms.discord.enabled" in answer
+    assert "token" not in answer
+
+
 def test_a_configured_home_channel_is_the_fallback(
     hermes_env: dict[str, str], store: Store
 ) -> None:

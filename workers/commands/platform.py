@@ -114,6 +114,9 @@ def _handoff(conn: Connection, rt: Runtime, turn: TurnRow, session_id: str, args
     if target not in GATEWAY_PLATFORMS:
         return f"Unknown platform '{target}'. Use telegram, slack or discord."
     if target not in rt.senders.platforms():
+        configured = getattr(rt.settings.platforms, target, None)
+        if configured is not None and not configured.enabled:
+            return f"{target} is disabled on this fleet (platforms.{target}.enabled: false)."
         return f"{target} is not configured on this fleet (no token)."
     home = home_channel(conn, rt, target)
     if home is None:
