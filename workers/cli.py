@@ -12,6 +12,7 @@ from typing import IO, Any
 import click
 
 import beat_schedule
+from shared.sdks import configured_platforms, sdk_problems
 from shared.settings import Settings, load_settings
 from shared.tasknames import ALL_QUEUES
 from workers.app import create_app
@@ -58,6 +59,12 @@ def beat_config(settings: Settings) -> dict[str, dict[str, Any]]:
 )
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
 @click.option("--hostname", "-n", help="Node name (default hermes-<pid>@<host>).")
+@click.option(
+    "--skip-missing-sdks",
+    is_flag=True,
+    help="Leave out a configured platform whose SDK does not import (logged) instead of "
+    "refusing to start; the worker a terminal chat starts uses it.",
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -66,9 +73,12 @@ def worker(
     queues: str,
     loglevel: str,
     hostname: str | None,
+    skip_missing_sdks: bool,
 ) -> None:
     """Run a Celery worker that drains sessions, delivers replies and runs maintenance."""
     settings = _settings(ctx)
+    if not skip_missing_sdks:
+        refuse_missing_sdks(configured_platforms(settings))
     app = create_app(settings)
     argv = [
         "worker",
@@ -86,6 +96,16 @@ def worker(
         "--without-mingle",
     ]
     app.worker_main(argv)
+
+
+def refuse_missing_sdks(platforms: list[str]) -> None:
+    """Stop here, once, when a configured platform's SDK does not import: every task would
+    otherwise fail on it."""
+    problems = sdk_problems(platforms)
+    for line in problems:
+        click.echo(f"hermes worker: {line}", err=True)
+    if problems:
+        sys.exit(1)
 
 
 @click.command()

@@ -20,6 +20,7 @@ from rich.console import Console
 from producers.cli.app import App, fail, pass_app
 from producers.cli.chat_client import NothingToResume, TerminalChat
 from producers.cli.chat_stack import ChatStack, WorkerExited
+from producers.cli.startup import on_chat_start
 from producers.stack.embedded_redis import EmbeddedRedisError
 from producers.wake import BrokerWaker, broker_client
 from shared.turns import Attachment
@@ -136,6 +137,7 @@ def run_chat(
             stack.ensure()
         except EmbeddedRedisError as exc:
             fail(f"hermes: {exc}", 2)
+        on_chat_start(settings, say=lambda line: _say(notes, line))
         try:
             if repl is not None:
                 repl.health = stack.check_worker

@@ -108,9 +108,11 @@ class ChatStack:
         broker.start()
         self._broker = broker
         log = (self.run_dir / "chat-worker.log").open("ab")
+        # --skip-missing-sdks: a platform whose SDK is missing must not keep the terminal's
+        # own turns from running (the chat says so once; `hermes up` and `hermes worker` refuse).
         argv = hermes_argv(
             "worker", "-P", "threads", "-c", WORKER_THREADS, "-l", "WARNING",
-            "-n", f"chat{os.getpid()}@%h",
+            "-n", f"chat{os.getpid()}@%h", "--skip-missing-sdks",
         )  # fmt: skip
         try:
             self._worker = subprocess.Popen(

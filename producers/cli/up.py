@@ -15,6 +15,7 @@ from rich.table import Table
 from producers.cli.app import App, fail, pass_app
 from producers.stack.embedded_redis import EmbeddedRedis, EmbeddedRedisError
 from producers.stack.supervisor import Supervisor
+from shared.sdks import configured_platforms, sdk_problems
 from shared.settings import Settings
 
 COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red"]
@@ -55,6 +56,16 @@ def receivers(settings: Settings) -> tuple[list[str], dict[str, str]]:
     return names, skipped
 
 
+def _refuse_missing_sdks(settings: Settings) -> None:
+    """Once, before anything starts: a configured platform whose SDK does not import would make
+    its workers fail every delivery and its receiver restart forever."""
+    problems = sdk_problems(configured_platforms(settings))
+    for line in problems:
+        click.echo(f"hermes up: {line}", err=True)
+    if problems:
+        sys.exit(1)
+
+
 def _lock(settings: Settings) -> IO[str]:
     settings.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     handle = (settings.run_dir / "up.lock").open("a+")
@@ -84,6 +95,7 @@ def up(app: App, workers: int | None, concurrency: int | None, no_beat: bool) ->
     """
     settings = app.settings
     console = Console(stderr=True, highlight=False)
+    _refuse_missing_sdks(settings)
     store = app.store()  # create or upgrade state.db now, so a bad file stops us here
     lock = _lock(settings)
     broker = EmbeddedRedis(settings.run_dir) if settings.uses_embedded_broker else None

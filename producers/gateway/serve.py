@@ -23,6 +23,7 @@ from producers.gateway.context import Gateway
 from producers.gateway.wakeups import PausingWaker
 from producers.wake import BrokerWaker, broker_client
 from shared.redact import install_redaction, secrets_of
+from shared.sdks import missing_sdk
 from shared.settings import Settings
 from shared.store import open_store
 
@@ -213,6 +214,9 @@ async def serve(gateway: Gateway, mode: Mode, sock: socket.socket) -> None:
 def run(settings: Settings, mode: Mode) -> None:
     """`hermes gateway <platform>`: serve until SIGINT/SIGTERM."""
     check(settings, mode)
+    problem = missing_sdk(mode.platform)
+    if problem is not None:
+        raise GatewayError(problem)
     install_redaction(secrets_of(settings))
     sock = listen(settings.gateway.host, settings.gateway.port)
     store = open_store(settings.resolved_database_url)

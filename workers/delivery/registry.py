@@ -8,10 +8,12 @@ from functools import partial
 from typing import Any
 
 from shared.redact import install_redaction, secrets_of
+from shared.sdks import configured_platforms, missing_sdk
 from shared.settings import Settings
 from shared.store import chats
 from shared.store.engine import connect
-from workers.delivery.base import Sender
+from shared.store.outbox import OutboxRow
+from workers.delivery.base import Sender, Sent
 from workers.delivery.cli import CliSender
 from workers.delivery.progress import LocalProgress, Progress, RedisProgress, namespace
 from workers.delivery.ratelimit import Limiter, LocalLimiter, RedisLimiter
@@ -21,6 +23,30 @@ log = logging.getLogger(__name__)
 
 class UnknownPlatform(LookupError):
     pass
+
+
+class SdkMissing(RuntimeError):
+    """This worker cannot send to a platform: its SDK does not import here."""
+
+
+class MissingSdkSender:
+    """Stands in for a platform whose SDK does not import in this process.
+
+    `hermes worker` refuses to start in that case; only a worker started with
+    --skip-missing-sdks (the one a terminal chat brings up) gets here. Its rows fail as a
+    transient error, so they retry with backoff (a worker that has the SDK may take them) and
+    end as failed with this reason after the bounded attempts — never a crash of the process,
+    and never in the way of the terminal's own replies.
+    """
+
+    reads_store = False
+
+    def __init__(self, platform: str, reason: str) -> None:
+        self.platform = platform
+        self.reason = reason
+
+    def send(self, row: OutboxRow) -> Sent:
+        raise SdkMissing(self.reason)
 
 
 class SenderRegistry:
@@ -39,7 +65,12 @@ class SenderRegistry:
             raise UnknownPlatform(f"no sender for platform {platform!r}") from None
 
     def platforms(self) -> list[str]:
-        return sorted(self._senders)
+        """Platforms this process can deliver to (a stand-in for a missing SDK is not one)."""
+        return sorted(
+            name
+            for name, sender in self._senders.items()
+            if not isinstance(sender, MissingSdkSender)
+        )
 
     def close(self) -> None:
         """Stop what the senders hold (event loops, HTTP pools); call once the process is done."""
@@ -57,12 +88,7 @@ def build_senders(settings: Settings, redis_client: Any | None) -> SenderRegistr
     """
     install_redaction(secrets_of(settings))  # model keys and URL passwords too, not only tokens
     registry = SenderRegistry([CliSender(redis_client)])
-    platforms = settings.platforms
-    configured = [
-        name
-        for name in ("telegram", "slack", "discord")
-        if getattr(platforms, name).enabled and getattr(platforms, name).token is not None
-    ]
+    configured = configured_platforms(settings)
     if not configured:
         return registry
     if redis_client is None:
@@ -76,6 +102,11 @@ def build_senders(settings: Settings, redis_client: Any | None) -> SenderRegistr
         return RedisProgress(redis_client, url, platform)
 
     for name in configured:
+        problem = missing_sdk(name)  # each platform on its own: one missing SDK breaks no other
+        if problem is not None:
+            log.error("%s", problem)
+            registry.add(MissingSdkSender(name, problem))
+            continue
         registry.add(_build(name, settings, limiter, progress(name)))
     return registry
 
