@@ -127,5 +127,10 @@ def due_cron_slot(
     return slot
 
 
+# The state_meta key holding the last retention prune's time (POSIX seconds, as text): the one
+# record of "at most once per interval for the fleet", read by whoever asks for a prune.
+PRUNE_LAST_RUN = "prune.last_run"
+
+
 def prune_due(last_run: float | None, now: float, min_interval_hours: float) -> bool:
     return last_run is None or now - last_run >= min_interval_hours * 3600

@@ -29,6 +29,7 @@ CONTINUE_HELP = "Resume the latest terminal session, or the newest in NAME's lin
 RESUME_HELP = "Resume a session by id, unique id prefix or title."
 TITLE_WAIT_SECONDS = 2.0
 TITLE_POLL_SECONDS = 0.1
+CHORES_WAIT_SECONDS = 5.0
 
 
 def continue_option(func):  # type: ignore[no-untyped-def]
@@ -125,6 +126,7 @@ def run_chat(
     else:
         terminal.start_fresh()
     stack = ChatStack(settings, say=lambda line: _say(notes, line))
+    chores = None
     repl = None
     if query is None:
         from producers.cli.chat_repl import Repl
@@ -137,7 +139,7 @@ def run_chat(
             stack.ensure()
         except EmbeddedRedisError as exc:
             fail(f"hermes: {exc}", 2)
-        on_chat_start(settings, say=lambda line: _say(notes, line))
+        chores = on_chat_start(settings, store, producer, say=lambda line: _say(notes, line))
         try:
             if repl is not None:
                 repl.health = stack.check_worker
@@ -152,6 +154,8 @@ def run_chat(
     finally:
         hang_up()
         terminal.close()
+        if chores is not None:
+            chores.join(timeout=CHORES_WAIT_SECONDS)  # long done: only a dead broker holds it
         with _signals_ignored():  # a second Ctrl-C or hang-up must not strand the stack
             try:
                 _leave(terminal, notes)

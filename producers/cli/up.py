@@ -13,8 +13,10 @@ from rich.console import Console
 from rich.table import Table
 
 from producers.cli.app import App, fail, pass_app
+from producers.maintenance import request_prune_in_background
 from producers.stack.embedded_redis import EmbeddedRedis, EmbeddedRedisError
 from producers.stack.supervisor import Supervisor
+from producers.wake import broker_client
 from shared.sdks import configured_platforms, sdk_problems
 from shared.settings import Settings
 
@@ -124,6 +126,9 @@ def up(app: App, workers: int | None, concurrency: int | None, no_beat: bool) ->
     for platform in started:
         sup.add(platform, hermes_argv("gateway", platform))
     sup.start_all()
+    producer = broker_client(settings)
+    app._closers.append(producer.close)
+    request_prune_in_background(settings, store, producer)
     _summary(console, settings, store.path, broker, sup)
     for platform, reason in skipped.items():
         console.print(

@@ -21,6 +21,7 @@ from typing import Any
 from producers.gateway.app import create_app, slack_receiver, telegram_receiver
 from producers.gateway.context import Gateway
 from producers.gateway.wakeups import PausingWaker
+from producers.maintenance import request_prune_in_background
 from producers.wake import BrokerWaker, broker_client
 from shared.redact import install_redaction, secrets_of
 from shared.sdks import missing_sdk
@@ -221,7 +222,9 @@ def run(settings: Settings, mode: Mode) -> None:
     sock = listen(settings.gateway.host, settings.gateway.port)
     store = open_store(settings.resolved_database_url)
     try:
-        waker = PausingWaker(BrokerWaker(broker_client(settings)))
+        producer = broker_client(settings)
+        waker = PausingWaker(BrokerWaker(producer))
+        request_prune_in_background(settings, store, producer)
         gateway = Gateway(settings, store, waker, time.time)
         log.warning("hermes gateway %s on http://%s:%d", mode.platform, *sock.getsockname()[:2])
         asyncio.run(serve(gateway, mode, sock))

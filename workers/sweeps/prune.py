@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from shared.maintenance import prune_due
+from shared.maintenance import PRUNE_LAST_RUN, prune_due
 from shared.store import leases, meta
 from shared.store import reclaim as reclaim_store
 from workers.runtime import Runtime
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 LEASE = "maintenance:prune"
 LEASE_TTL = 120.0
-LAST_RUN = "prune.last_run"
+LAST_RUN = PRUNE_LAST_RUN
 
 
 @dataclass(frozen=True, slots=True)
