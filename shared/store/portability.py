@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Column, Connection, Float, Integer, Row, exc, func, insert, select, update
@@ -188,9 +189,6 @@ def _decode(raw: bytes | str) -> dict[str, Any]:
         raise BadLine("invalid JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise BadLine("expected a JSON object (one session per line)")
-    missing = [name for name in REQUIRED if doc.get(name) is None]
-    if missing:
-        raise BadLine("missing required field: " + ", ".join(missing))
     return doc
 
 
@@ -261,7 +259,14 @@ def _message_rows(value: Any, started_at: float) -> list[dict[str, Any]]:
 
 def parse_line(raw: bytes | str) -> ParsedSession:
     """Check one line against the schema; BadLine says what is wrong. Writes nothing."""
-    doc = _decode(raw)
+    return parse_document(_decode(raw))
+
+
+def parse_document(doc: dict[str, Any]) -> ParsedSession:
+    """Check one session document (a decoded line) against the schema. Writes nothing."""
+    missing = [name for name in REQUIRED if doc.get(name) is None]
+    if missing:
+        raise BadLine("missing required field: " + ", ".join(missing))
     values = _session_values(doc)
     _check_title(values)
     rows = _message_rows(doc["messages"], values["started_at"])
@@ -303,6 +308,8 @@ class ImportReport:
     bad: list[tuple[int, str]] = field(default_factory=list)
     parents_linked: int = 0
     parents_dropped: int = 0
+    written: list[str] = field(default_factory=list)  # ids imported now
+    present: list[str] = field(default_factory=list)  # ids skipped: already in the store
 
 
 @dataclass
@@ -316,8 +323,11 @@ class _Importer:
     def feed(self, number: int, raw: bytes | str) -> None:
         if not raw.strip():
             return
+        self.feed_with(number, partial(parse_line, raw))
+
+    def feed_with(self, number: int, parse: Callable[[], ParsedSession]) -> None:
         try:
-            parsed = parse_line(raw)
+            parsed = parse()
         except BadLine as error:
             self.report.bad.append((number, str(error)))
             return
@@ -351,9 +361,11 @@ class _Importer:
             return
         if written is None:
             self.report.skipped += 1
+            self.report.present.append(parsed.id)
             return
         self.report.imported += 1
         self.report.messages += written
+        self.report.written.append(parsed.id)
         if parsed.parent_id is not None:
             self.parents[parsed.id] = parsed.parent_id
 
@@ -390,3 +402,34 @@ def import_lines(
     importer.link_parents()
     importer.report.bad.sort()
     return importer.report
+
+
+def import_documents(store: Store, documents: Iterable[tuple[int, dict[str, Any]]]) -> ImportReport:
+    """Import numbered session documents (decoded lines, or what a reader of another format
+    built) through the same checks and writes as `import_lines`."""
+    importer = _Importer(store)
+    for number, doc in documents:
+        importer.feed_with(number, partial(parse_document, doc))
+    importer.flush()
+    importer.link_parents()
+    importer.report.bad.sort()
+    return importer.report
+
+
+def stored_message_counts(conn: Connection, session_ids: Iterable[str]) -> dict[str, int]:
+    """How many messages each present session has in the store (COUNT of its rows, not the
+    trigger-kept counter): what an import verifies against its source. Absent ids are left out.
+    """
+    wanted = list(dict.fromkeys(session_ids))
+    counts: dict[str, int] = {}
+    for start in range(0, len(wanted), LINK_BATCH):
+        chunk = wanted[start : start + LINK_BATCH]
+        present = conn.execute(select(sessions.c.id).where(sessions.c.id.in_(chunk))).scalars()
+        counts.update(dict.fromkeys(present, 0))
+        rows = conn.execute(
+            select(messages.c.session_id, func.count())
+            .where(messages.c.session_id.in_(chunk))
+            .group_by(messages.c.session_id)
+        ).all()
+        counts.update({str(session_id): int(count) for session_id, count in rows})
+    return counts
