@@ -68,6 +68,19 @@ def _refuse_missing_sdks(settings: Settings) -> None:
         sys.exit(1)
 
 
+def _refuse_a_taken_port(settings: Settings) -> None:
+    """Once, before anything starts: receivers on a port another stack (or program) holds
+    would each exit at once and be restarted forever."""
+    from producers.gateway.port import PortInUse, check
+
+    try:
+        problem = check(settings)
+    except PortInUse as exc:
+        problem = str(exc)
+    if problem is not None:
+        fail(f"hermes up: {problem}", 1)
+
+
 def _lock(settings: Settings) -> IO[str]:
     settings.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     handle = (settings.run_dir / "up.lock").open("a+")
@@ -100,6 +113,9 @@ def up(app: App, workers: int | None, concurrency: int | None, no_beat: bool) ->
     _refuse_missing_sdks(settings)
     store = app.store()  # create or upgrade state.db now, so a bad file stops us here
     lock = _lock(settings)
+    started, skipped = receivers(settings)
+    if started:
+        _refuse_a_taken_port(settings)
     broker = EmbeddedRedis(settings.run_dir) if settings.uses_embedded_broker else None
     if broker is not None:
         try:
@@ -122,7 +138,6 @@ def up(app: App, workers: int | None, concurrency: int | None, no_beat: bool) ->
         )
     if not no_beat:
         sup.add("beat", hermes_argv("beat", "-l", "WARNING"))
-    started, skipped = receivers(settings)
     for platform in started:
         sup.add(platform, hermes_argv("gateway", platform))
     sup.start_all()

@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from producers.gateway.context import Gateway
+from producers.gateway.port import stack_id
 from producers.slack.receiver import SlackReceiver
 from producers.telegram.receiver import TelegramReceiver
 
@@ -57,9 +58,10 @@ def create_app(
     telegram = telegram or telegram_receiver(gateway)
     slack = slack or slack_receiver(gateway)
     mounted = [name for name, on in (("telegram", telegram), ("slack", slack)) if on]
+    stack = stack_id(gateway.settings)  # whose receiver this is (port.py compares it)
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"ok": True, "receivers": mounted})
+        return JSONResponse({"ok": True, "receivers": mounted, "stack": stack})
 
     routes = [Route("/healthz", healthz, methods=["GET"])]
     if telegram is not None:

@@ -2,7 +2,8 @@
 long-lived connection (Telegram long polling, Slack Socket Mode, the Discord gateway).
 
 The listening socket is bound with SO_REUSEPORT, so the one receiver process per platform that
-`hermes up` starts can all serve the same app on the same port. Everything runs on one event
+`hermes up` starts can all serve the same app on the same port; port.py makes sure only
+receivers of the same stack do. Everything runs on one event
 loop; when any part stops (Ctrl-C, SIGTERM, a failed login) the rest is stopped too.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from producers.gateway.app import create_app, slack_receiver, telegram_receiver
 from producers.gateway.context import Gateway
+from producers.gateway.port import PortInUse, claim
 from producers.gateway.wakeups import PausingWaker
 from producers.maintenance import request_prune_in_background
 from producers.wake import BrokerWaker, broker_client
@@ -219,8 +221,17 @@ def run(settings: Settings, mode: Mode) -> None:
     if problem is not None:
         raise GatewayError(problem)
     install_redaction(secrets_of(settings))
-    sock = listen(settings.gateway.host, settings.gateway.port)
-    store = open_store(settings.resolved_database_url)
+    try:
+        claimed = claim(settings, listen)  # only receivers of this stack share the port
+    except PortInUse as exc:
+        raise GatewayError(str(exc)) from None
+    sock = claimed.sock
+    try:
+        store = open_store(settings.resolved_database_url)
+    except BaseException:
+        sock.close()
+        claimed.release()
+        raise
     try:
         producer = broker_client(settings)
         waker = PausingWaker(BrokerWaker(producer))
@@ -230,4 +241,5 @@ def run(settings: Settings, mode: Mode) -> None:
         asyncio.run(serve(gateway, mode, sock))
     finally:
         sock.close()
+        claimed.release()
         store.close()

@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from producers.gateway.app import create_app
 from producers.gateway.body import MAX_BODY
 from producers.gateway.context import Gateway
+from producers.gateway.port import stack_id
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings
 from shared.store import Store, chats, open_store
@@ -161,7 +162,9 @@ def test_other_methods_and_paths(tg_settings: Settings, tg_store: Store) -> None
     with client:
         assert client.get(URL).status_code == 405
         assert client.post("/slack/events", content=b"{}").status_code == 404
-        assert client.get("/healthz").json() == {"ok": True, "receivers": ["telegram"]}
+        health = client.get("/healthz").json()
+        assert (health["ok"], health["receivers"]) == (True, ["telegram"])
+        assert health["stack"] == stack_id(tg_settings)
 
 
 def test_without_a_secret_the_webhook_is_off(hermes_env: dict[str, str], store: Store) -> None:
