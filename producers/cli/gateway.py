@@ -61,10 +61,11 @@ def gateway(
     """Run PLATFORM's receiver until Ctrl-C.
 
     Serves POST /telegram/webhook, POST /slack/events and GET /healthz on the address in
-    gateway.host and gateway.port (every receiver process shares the port), records each
-    turn in state.db and wakes a worker. Telegram can long-poll instead (--polling); Slack
-    can use Socket Mode (--socket-mode); Discord connects to its gateway. Credentials come
-    from config.yaml or HERMES_PLATFORMS__<P>__* variables and are never logged.
+    gateway.host and gateway.port (shared by the receivers of this HERMES_HOME; refused when
+    another stack or program holds it), records each turn in state.db and wakes a worker.
+    Telegram can long-poll instead (--polling); Slack can use Socket Mode (--socket-mode);
+    Discord connects to its gateway. Credentials come from config.yaml or
+    HERMES_PLATFORMS__<P>__* variables and are never logged.
     """
     from producers.gateway.serve import GatewayError, default_mode, run
 

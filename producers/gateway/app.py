@@ -4,8 +4,8 @@ A platform's route is mounted when it is configured (Telegram: token; Slack: sig
 secret); an unconfigured one is a 404. Any error that is not the caller's fault (the database
 busy past its timeout, the disk full) is a 503 — the platform redelivers later — and bad input
 is a 4xx, so nothing here answers 500. Every `hermes gateway <platform>` process serves this
-same app on `gateway.host:gateway.port` (they share the port), so whichever process the
-kernel hands a request to can record it.
+same app on `gateway.host:gateway.port` (a stack's receivers share the port), so whichever
+process the kernel hands a request to can record it.
 """
 
 from __future__ import annotations
