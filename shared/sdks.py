@@ -12,6 +12,7 @@ import importlib
 import re
 import shlex
 import sys
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
@@ -29,11 +30,24 @@ class Sdk:
     requirement: str  # what pip installs (the name as pyproject.toml spells it)
 
 
-# Per platform: what its sender and receivers import. aiohttp is Slack Socket Mode's transport.
-SDKS: dict[str, tuple[Sdk, ...]] = {
-    TELEGRAM: (Sdk("telegram", "python-telegram-bot"),),
-    SLACK: (Sdk("slack_sdk", "slack_sdk"), Sdk("aiohttp", "aiohttp")),
-    DISCORD: (Sdk("discord", "discord.py"),),
+TELEGRAM_BOT = Sdk("telegram", "python-telegram-bot")
+SLACK_SDK = Sdk("slack_sdk", "slack_sdk")
+AIOHTTP = Sdk("aiohttp", "aiohttp")  # Slack Socket Mode's transport
+DISCORD_PY = Sdk("discord", "discord.py")
+
+SENDER = "sender"  # what a worker imports to deliver replies
+RECEIVER = "receiver"  # what `hermes gateway <platform>` imports
+SDKS: dict[str, dict[str, tuple[Sdk, ...]]] = {
+    SENDER: {
+        TELEGRAM: (TELEGRAM_BOT,),
+        SLACK: (SLACK_SDK,),
+        DISCORD: (),  # replies go over Discord's REST API with httpx
+    },
+    RECEIVER: {
+        TELEGRAM: (TELEGRAM_BOT,),
+        SLACK: (SLACK_SDK, AIOHTTP),
+        DISCORD: (DISCORD_PY,),
+    },
 }
 
 Importer = Callable[[str], ModuleType]
@@ -43,7 +57,7 @@ def configured_platforms(settings: Settings) -> list[str]:
     """Platforms that are enabled and have a token: the ones workers deliver to."""
     return [
         name
-        for name in SDKS
+        for name in SDKS[RECEIVER]
         if getattr(settings.platforms, name).enabled
         and getattr(settings.platforms, name).token is not None
     ]
@@ -73,16 +87,36 @@ def install_command(sdks: Iterable[Sdk]) -> str:
     return f"{shlex.quote(sys.executable)} -m pip install {names}"
 
 
-def missing_sdk(platform: str, importer: Importer = importlib.import_module) -> str | None:
-    """None when `platform`'s libraries import; else one line saying what to run."""
+def _imports(module: str, importer: Importer) -> str | None:
+    """None when `module` imports; else why not. Warnings an SDK raises while importing (a
+    deprecated stdlib module, say) are not our concern here and must not read as failures."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            importer(module)
+    except ImportError as exc:
+        return str(exc) or f"No module named {module!r}"
+    return None
+
+
+def needed(platform: str, roles: Iterable[str]) -> list[Sdk]:
+    """The libraries `platform` needs in `roles`, each once, in order."""
+    return list(dict.fromkeys(sdk for role in roles for sdk in SDKS[role][platform]))
+
+
+def missing_sdk(
+    platform: str,
+    roles: Iterable[str] = (SENDER, RECEIVER),
+    importer: Importer = importlib.import_module,
+) -> str | None:
+    """None when `platform`'s libraries for `roles` import; else one line saying what to run."""
     missing: list[Sdk] = []
     reasons: list[str] = []
-    for sdk in SDKS[platform]:
-        try:
-            importer(sdk.module)
-        except ImportError as exc:
+    for sdk in needed(platform, roles):
+        reason = _imports(sdk.module, importer)
+        if reason is not None:
             missing.append(sdk)
-            reasons.append(str(exc) or f"No module named {sdk.module!r}")
+            reasons.append(reason)
     if not missing:
         return None
     return (
@@ -94,7 +128,10 @@ def missing_sdk(platform: str, importer: Importer = importlib.import_module) -> 
 
 
 def sdk_problems(
-    platforms: Iterable[str], importer: Importer = importlib.import_module
+    platforms: Iterable[str],
+    roles: Iterable[str] = (SENDER, RECEIVER),
+    importer: Importer = importlib.import_module,
 ) -> list[str]:
-    """One line per platform in `platforms` whose libraries do not import."""
-    return [line for name in platforms if (line := missing_sdk(name, importer)) is not None]
+    """One line per platform in `platforms` whose libraries for `roles` do not import."""
+    wanted = tuple(roles)
+    return [line for name in platforms if (line := missing_sdk(name, wanted, importer)) is not None]

@@ -12,7 +12,7 @@ from typing import IO, Any
 import click
 
 import beat_schedule
-from shared.sdks import configured_platforms, sdk_problems
+from shared.sdks import SENDER, configured_platforms, sdk_problems
 from shared.settings import Settings, load_settings
 from shared.tasknames import ALL_QUEUES
 from workers.app import create_app
@@ -101,7 +101,7 @@ def worker(
 def refuse_missing_sdks(platforms: list[str]) -> None:
     """Stop here, once, when a configured platform's SDK does not import: every task would
     otherwise fail on it."""
-    problems = sdk_problems(platforms)
+    problems = sdk_problems(platforms, [SENDER])
     for line in problems:
         click.echo(f"hermes worker: {line}", err=True)
     if problems:

@@ -14,7 +14,7 @@ from producers.cli.render import plural
 from producers.maintenance import request_prune_in_background
 from shared.legacy import FOLDER
 from shared.legacy_import import NOTICE_KEY, pending_transcripts
-from shared.sdks import configured_platforms, sdk_problems
+from shared.sdks import SENDER, configured_platforms, sdk_problems
 from shared.settings import Settings
 from shared.store import Store, meta
 
@@ -24,7 +24,7 @@ Say = Callable[[str], None]
 def sdk_notice(settings: Settings, say: Say) -> None:
     """A configured platform whose SDK does not import: the terminal still works, say why the
     platform does not (`hermes up`, `hermes worker` and `hermes gateway` refuse to start)."""
-    for line in sdk_problems(configured_platforms(settings)):
+    for line in sdk_problems(configured_platforms(settings), [SENDER]):
         say(f"{line} Terminal chats work without it.")
 
 

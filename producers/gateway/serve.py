@@ -26,7 +26,7 @@ from producers.gateway.wakeups import PausingWaker
 from producers.maintenance import request_prune_in_background
 from producers.wake import BrokerWaker, broker_client
 from shared.redact import install_redaction, secrets_of
-from shared.sdks import missing_sdk
+from shared.sdks import RECEIVER, missing_sdk
 from shared.settings import Settings
 from shared.store import open_store
 
@@ -217,7 +217,7 @@ async def serve(gateway: Gateway, mode: Mode, sock: socket.socket) -> None:
 def run(settings: Settings, mode: Mode) -> None:
     """`hermes gateway <platform>`: serve until SIGINT/SIGTERM."""
     check(settings, mode)
-    problem = missing_sdk(mode.platform)
+    problem = missing_sdk(mode.platform, [RECEIVER])
     if problem is not None:
         raise GatewayError(problem)
     install_redaction(secrets_of(settings))

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from shared.redact import install_redaction, secrets_of
-from shared.sdks import configured_platforms, missing_sdk
+from shared.sdks import SENDER, configured_platforms, missing_sdk
 from shared.settings import Settings
 from shared.store import chats
 from shared.store.engine import connect
@@ -102,7 +102,7 @@ def build_senders(settings: Settings, redis_client: Any | None) -> SenderRegistr
         return RedisProgress(redis_client, url, platform)
 
     for name in configured:
-        problem = missing_sdk(name)  # each platform on its own: one missing SDK breaks no other
+        problem = missing_sdk(name, [SENDER])  # per platform: one missing SDK breaks no other
         if problem is not None:
             log.error("%s", problem)
             registry.add(MissingSdkSender(name, problem))
