@@ -8,7 +8,6 @@ import click
 
 from producers.cli.app import App, fail, pass_app
 from producers.cli.guard import store_command
-from producers.cli.render import plural
 from shared.legacy import FOLDER
 from shared.legacy_import import (
     EMPTY,
@@ -19,6 +18,7 @@ from shared.legacy_import import (
     delete_verified,
     import_legacy,
 )
+from shared.wording import plural
 
 BAD_LINES_SHOWN = 5
 
