@@ -1,21 +1,36 @@
 """Accepting a turn: validate, derive its session key, record it durably, then wake a worker.
 
-The platform may be acked as soon as `accept` returns: the turn is committed in state.db. If
+The platform may be acked as soon as the turn is recorded: it is committed in state.db. If
 the wake-up cannot be sent, the redrive sweep wakes the session later; nothing is lost.
+
+`accept` does it all for one turn. A receiver under load takes it in steps instead
+(producers/gateway/recorder.py): `checked` on the event loop, `record_all` for every turn that
+arrived meanwhile (one transaction), then `wake_all` for the wake-ups they claimed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from sqlalchemy import Connection
 
-from shared.commands import parse_command
+from shared.commands import Command, parse_command
 from shared.ports import Clock, Waker
 from shared.session_key import SessionKey, derive_session_key
 from shared.settings import Settings
 from shared.store import Store, inbox
 from shared.turns import InboundTurn, validate_turn
+
+
+@runtime_checkable
+class BatchWaker(Protocol):
+    """A Waker that can send many drain wake-ups at once (producers/wake.py)."""
+
+    def drain_many(self, session_keys: Sequence[str]) -> set[str]:
+        """Send a drain wake-up per key; returns the keys whose wake-up was sent."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +40,24 @@ class Accepted:
     seq: int
     duplicate: bool
     woken: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A turn that passed validation, with its session key and command: ready to record."""
+
+    turn: InboundTurn
+    key: SessionKey
+    command: Command | None
+
+
+@dataclass(frozen=True, slots=True)
+class WakeUp:
+    """A wake-up a recorded turn claimed (or a redelivery's); `forget` it if it is not sent."""
+
+    session_key: str
+    seq: int
+    duplicate: bool
 
 
 def key_for(turn: InboundTurn, settings: Settings) -> SessionKey:
@@ -38,6 +71,31 @@ def key_for(turn: InboundTurn, settings: Settings) -> SessionKey:
     )
 
 
+def checked(turn: InboundTurn, settings: Settings) -> Checked:
+    """Raises shared.turns.TurnRejected, before anything is written, for a bad turn."""
+    validate_turn(turn, max_text_chars=settings.pipeline.max_text_chars)
+    return Checked(turn, key_for(turn, settings), parse_command(turn.text))
+
+
+def record(conn: Connection, item: Checked, now: float) -> inbox.Recorded:
+    """Record one checked turn (a redelivered event is a no-op), claiming its wake-up."""
+    kind = "command" if item.command else "message"
+    recorded = inbox.record_turn(conn, item.turn, item.key, now=now, kind=kind, claim_wake=True)
+    if not recorded.duplicate and item.command is not None and item.command.name == "stop":
+        inbox.request_stop(conn, item.key.key, now)
+    return recorded
+
+
+def wake_up_for(recorded: inbox.Recorded) -> WakeUp | None:
+    """The wake-up to send for `recorded`, or None when a worker will find it anyway (a drain
+    holds the session, or the wake-up of an earlier turn is still on its way).
+
+    A duplicate event gets a wake-up too: its first delivery's may have been lost."""
+    if recorded.lease_held or recorded.wake_pending:
+        return None
+    return WakeUp(recorded.session_key, recorded.seq, recorded.duplicate)
+
+
 def accept(
     store: Store, waker: Waker, turn: InboundTurn, *, settings: Settings, clock: Clock
 ) -> Accepted:
@@ -49,22 +107,53 @@ def accept(
 
     Raises shared.turns.TurnRejected, before anything is written, for a bad turn.
     """
-    validate_turn(turn, max_text_chars=settings.pipeline.max_text_chars)
-    key = key_for(turn, settings)
-    command = parse_command(turn.text)
+    item = checked(turn, settings)
+    recorded = store.run_write(lambda conn: record(conn, item, clock()))
+    wake = wake_up_for(recorded)
+    woken = wake is None or waker.drain(wake.session_key)
+    if not woken and wake is not None:
+        forget(store, [wake])
+    return Accepted(recorded.turn_id, item.key.key, recorded.seq, recorded.duplicate, woken)
 
-    def record(conn: Connection) -> inbox.Recorded:
-        now = clock()
-        recorded = inbox.record_turn(
-            conn, turn, key, now=now, kind="command" if command else "message", claim_wake=True
-        )
-        if not recorded.duplicate and command is not None and command.name == "stop":
-            inbox.request_stop(conn, key.key, now)
-        return recorded
 
-    recorded = store.run_write(record)
-    # A duplicate event gets a wake-up too: its first delivery's may have been lost.
-    woken = recorded.lease_held or recorded.wake_pending or waker.drain(key.key)
-    if not woken and not recorded.duplicate:  # the next turn sends one; redrive finds this one
-        store.run_write(lambda conn: inbox.forget_wake(conn, key.key, recorded.seq))
-    return Accepted(recorded.turn_id, key.key, recorded.seq, recorded.duplicate, woken)
+def record_all(
+    store: Store, items: Sequence[Checked], *, clock: Clock
+) -> list[inbox.Recorded | Exception]:
+    """Record each of `items` as its own unit of one transaction: one that fails (raises)
+    leaves the others recorded. Returns once committed."""
+    return store.run_writes([_recording(item, clock) for item in items])
+
+
+def _recording(item: Checked, clock: Clock) -> Callable[[Connection], inbox.Recorded]:
+    return lambda conn: record(conn, item, clock())
+
+
+def wake_all(store: Store, waker: Waker, wakes: Sequence[WakeUp]) -> list[WakeUp]:
+    """Send `wakes` (one per session key) in one batch where the broker allows it; the claim of
+    each one not sent is forgotten, so the next turn sends one and redrive finds this one.
+    Returns those not sent."""
+    keys = list(dict.fromkeys(wake.session_key for wake in wakes))
+    sent = drain_many(waker, keys)
+    lost = [wake for wake in wakes if wake.session_key not in sent]
+    forget(store, lost)
+    return lost
+
+
+def drain_many(waker: Waker, keys: Sequence[str]) -> set[str]:
+    """Drain wake-ups for `keys`: in one batch by a waker that can, else one by one.
+    Returns the keys whose wake-up was sent."""
+    if isinstance(waker, BatchWaker):
+        return waker.drain_many(keys)
+    return {key for key in keys if waker.drain(key)}
+
+
+def forget(store: Store, wakes: Sequence[WakeUp]) -> None:
+    """Let go of the wake-up claims of new turns whose wake-up was not sent."""
+    claims = [(wake.session_key, wake.seq) for wake in wakes if not wake.duplicate]
+
+    def work(conn: Connection) -> None:
+        for key, seq in claims:
+            inbox.forget_wake(conn, key, seq)
+
+    if claims:
+        store.run_write(work)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery
@@ -61,6 +62,28 @@ class BrokerWaker:
 
     def drain(self, session_key: str, *, countdown: float | None = None) -> bool:
         return self._send(DRAIN, session_key, TURNS_QUEUE, countdown)
+
+    def drain_many(self, session_keys: Sequence[str]) -> set[str]:
+        """Drain wake-ups for `session_keys` through one producer in one kombu batch: on Redis
+        one pipelined round trip for all (and their task-sent events), where one each costs a
+        round trip and a pool checkout. All or nothing: if the batch fails, none counts as
+        sent (some may have been; a duplicate wake-up is harmless)."""
+        if not session_keys:
+            return set()
+        try:  # nothing is sent until the batch ends, so there is nothing to retry before
+            with self._app.producer_or_acquire() as producer, producer.batch():
+                for key in session_keys:
+                    self._app.send_task(
+                        DRAIN, args=[key], queue=TURNS_QUEUE, producer=producer, retry=False
+                    )
+        except Exception as exc:
+            log.warning(
+                "%d wake-ups not sent (%s); the redrive sweep will find them",
+                len(session_keys),
+                exc,
+            )
+            return set()
+        return set(session_keys)
 
     def deliver(self, lane: str, *, countdown: float | None = None) -> bool:
         return self._send(DELIVER, lane, DELIVERY_QUEUE, countdown)

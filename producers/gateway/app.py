@@ -10,8 +10,9 @@ process the kernel hands a request to can record it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -63,12 +64,17 @@ def create_app(
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True, "receivers": mounted, "stack": stack})
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await gateway.settled()  # the wake-ups of acked turns go out before we stop
+
     routes = [Route("/healthz", healthz, methods=["GET"])]
     if telegram is not None:
         routes.append(Route("/telegram/webhook", guarded(telegram.webhook), methods=["POST"]))
     if slack is not None:
         routes.append(Route("/slack/events", guarded(slack.events), methods=["POST"]))
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, lifespan=lifespan)
 
 
 def guarded(endpoint: Endpoint) -> Endpoint:

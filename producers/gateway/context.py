@@ -1,6 +1,7 @@
 """What every receiver shares: recording a turn off the event loop, and who may talk to the bot.
 
-`Gateway.record` runs producers.intake.accept in a worker thread (SQLite must never block the
+`Gateway.record` hands the turn to the event loop's Recorder (recorder.py: batched with the
+turns that arrive meanwhile, written in a worker thread, since SQLite must never block the
 event loop) and returns once the turn is committed: only then does a receiver ack.
 
 Access: a platform with `allowed_users` set answers anyone else with one short refusal and
@@ -11,14 +12,14 @@ refusal from a second replica is harmless, so this needs no shared state.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from anyio import CapacityLimiter, to_thread
-
+from producers.gateway.recorder import Recorder
 from producers.intake import Accepted, accept
 from shared.ports import Clock, Waker
 from shared.settings import PlatformSettings, Settings
@@ -28,10 +29,6 @@ from shared.turns import InboundTurn
 log = logging.getLogger(__name__)
 
 REFUSAL = "Sorry, this assistant is private."
-# Turns recorded at once per process. SQLite has one writer, and a writer waiting on its lock
-# sleeps in growing steps: measured (bench/webhooks.py), one recording thread sustains the
-# most requests/s with the lowest p99; the rest wait in the event loop, in order.
-RECORD_THREADS = 1
 REFUSAL_EVERY_SECONDS = 3600.0
 REFUSAL_MEMORY = 10_000
 
@@ -77,17 +74,27 @@ class Gateway:
     waker: Waker
     clock: Clock = time.time
     refusals: RefusalGate = field(default_factory=RefusalGate)
-    _limiter: CapacityLimiter | None = field(default=None, repr=False)
+    _recorder: Recorder | None = field(default=None, repr=False)
 
     def record_now(self, turn: InboundTurn) -> Accepted:
         """Record synchronously (polling loops and tests); raises TurnRejected."""
         return accept(self.store, self.waker, turn, settings=self.settings, clock=self.clock)
 
     async def record(self, turn: InboundTurn) -> Accepted:
-        """Record in a worker thread; returns once committed. Raises TurnRejected."""
-        if self._limiter is None:  # made here: it belongs to the running event loop
-            self._limiter = CapacityLimiter(RECORD_THREADS)
-        return await to_thread.run_sync(self.record_now, turn, limiter=self._limiter)
+        """Record in a worker thread, batched; returns once committed. Raises TurnRejected."""
+        return await self._recorder_here().record(turn)
+
+    async def settled(self) -> None:
+        """Wait until the turns and wake-ups queued on this event loop are written and sent."""
+        if self._recorder is not None and self._recorder.loop is asyncio.get_running_loop():
+            await self._recorder.settled()
+
+    def _recorder_here(self) -> Recorder:
+        """The running event loop's Recorder (made on first use: it belongs to that loop)."""
+        loop = asyncio.get_running_loop()
+        if self._recorder is None or self._recorder.loop is not loop:
+            self._recorder = Recorder(self.store, self.waker, self.settings, self.clock)
+        return self._recorder
 
     def refusal_for(self, turn: InboundTurn) -> str | None:
         """None when `turn` may be recorded; else the refusal to send, or "" to stay silent."""

@@ -161,13 +161,14 @@ def _server(app: Any) -> Any:
 
     # log_config=None: uvicorn builds no handlers of its own, so its error and access lines go
     # through the root handlers, which carry the redaction filter; its loggers follow the
-    # level `hermes gateway -l` set (access lines at INFO and below).
+    # level `hermes gateway -l` set (access lines at INFO and below). The app's lifespan sends
+    # the wake-ups still queued for acked turns once the connections are closed.
     config = uvicorn.Config(
         app,
         log_config=None,
         log_level=None,
         access_log=logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO),
-        lifespan="off",
+        lifespan="on",
         timeout_graceful_shutdown=5,
     )
     return Server(config)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 
+from producers.intake import BatchWaker
 from shared.ports import Clock, Waker
 
 log = logging.getLogger(__name__)
@@ -29,10 +31,10 @@ class PausingWaker:
         self._until = 0.0
         self.skipped = 0
 
-    def _paused(self) -> bool:
+    def _paused(self, count: int = 1) -> bool:
         with self._lock:
             if self._clock() < self._until:
-                self.skipped += 1
+                self.skipped += count
                 return True
             return False
 
@@ -49,6 +51,17 @@ class PausingWaker:
         if self._paused():
             return False
         return self._result(self._inner.drain(session_key, countdown=countdown))
+
+    def drain_many(self, session_keys: Sequence[str]) -> set[str]:
+        """Many drain wake-ups at once, batched by the inner waker if it can."""
+        if self._paused(len(session_keys)):
+            return set()
+        if isinstance(self._inner, BatchWaker):
+            sent = self._inner.drain_many(session_keys)
+        else:
+            sent = {key for key in session_keys if self._inner.drain(key)}
+        self._result(len(sent) == len(set(session_keys)))
+        return sent
 
     def deliver(self, lane: str, *, countdown: float | None = None) -> bool:
         if self._paused():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -84,6 +84,28 @@ class Store:
                 with self._writer.begin() as conn:
                     return work(conn)
             return self._group.run(work)
+
+    def run_writes(self, works: Sequence[Callable[[Connection], T]]) -> list[T | Exception]:
+        """Each of `works` as its own unit in one write transaction (each in a savepoint, so
+        one that raises changes nothing and the others go on); returns each result or the
+        exception it raised, once committed. If the transaction is lost (its COMMIT fails),
+        every outcome is an error. On SQLite the units join the process's group commit."""
+        self._check_process()
+        if self._group is not None:
+            with self._corrupt_is_store_error():
+                return self._group.run_many(works)
+        outcomes: list[T | Exception] = []
+        try:
+            with self._corrupt_is_store_error(), self._writer.begin() as conn:
+                for work in works:
+                    try:
+                        with conn.begin_nested():
+                            outcomes.append(work(conn))
+                    except Exception as exc:
+                        outcomes.append(exc)
+        except Exception as exc:
+            return [exc] * len(works)
+        return outcomes
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

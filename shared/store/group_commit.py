@@ -31,7 +31,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -161,6 +161,37 @@ class GroupCommit:
         if job.error is not None:
             raise job.error
         return job.result  # type: ignore[no-any-return]
+
+    def run_many(self, fns: Sequence[Callable[[Connection], T]]) -> list[T | Exception]:
+        """Each of `fns` as its own unit of work, in order, queued at once (one thread hop
+        for all); returns each result or the exception it raised, once its group committed.
+        A lost group is a GroupFailed for each of its units."""
+        self._enter()
+        jobs = [_Job(fn) for fn in fns]
+        try:
+            with self._cond:
+                mine = not self._busy
+                if mine:
+                    self._busy = True
+                    group = self._group
+                self._jobs.extend(jobs)
+            if mine:
+                try:
+                    group = group or self._open()
+                except Exception:  # _open failed every waiting function, ours too
+                    group = None
+                if group is not None:
+                    self._carry_on(group)
+        finally:
+            self._local.inside = False
+        outcomes: list[T | Exception] = []
+        for job in jobs:
+            job.finished.wait()
+            error = job.error
+            if error is not None and not isinstance(error, Exception):
+                raise error  # KeyboardInterrupt, SystemExit: not one unit's failure
+            outcomes.append(error if error is not None else job.result)
+        return outcomes
 
     # --- inside ---
 

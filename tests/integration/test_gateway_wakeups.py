@@ -30,3 +30,18 @@ def test_a_failed_publish_pauses_publishing_then_it_tries_again() -> None:
     inner.up = True
     assert waker.drain("d")
     assert [key for key, _ in inner.drains] == ["a", "d"]
+
+
+def test_a_failed_batch_pauses_publishing_too() -> None:
+    now = [0.0]
+    inner = Flaky()
+    waker = PausingWaker(inner, pause=5.0, clock=lambda: now[0])
+    assert waker.drain_many(["a", "b"]) == {"a", "b"}
+    inner.up = False
+    assert waker.drain_many(["c", "d"]) == set()  # tried, failed: paused
+    assert waker.drain_many(["e", "f"]) == set() and not waker.drain("g")
+    assert inner.calls == 4 and waker.skipped == 3
+    now[0] = 5.1
+    inner.up = True
+    assert waker.drain_many(["h"]) == {"h"}
+    assert [key for key, _ in inner.drains] == ["a", "b", "h"]

@@ -201,3 +201,69 @@ def test_a_statement_whose_values_need_converting_is_refused() -> None:
     table = Table("t", MetaData(), Column("id", Integer), Column("at", DateTime))
     with pytest.raises(TypeError, match="need converting"):
         Prepared(update(table).values(at=bindparam("b_at")))
+
+
+def _changing_its_mind(conn: Connection) -> None:
+    session_rows.create_session(conn, session_id="dropped", source="cli", now=1.0)
+    raise ValueError("this unit changes its mind")
+
+
+def test_units_queued_at_once_share_one_commit_and_fail_alone(store: Store, tmp_path: Path) -> None:
+    assert store.path is not None
+    group = GroupCommit(tmp_path / "writer.lock", store.engine.connect, max_seconds=60)
+    commits: list[int] = []
+    event.listen(store.engine, "commit", lambda _conn: commits.append(1))
+    outcomes = group.run_many([_create("a"), _changing_its_mind, _create("b")])
+    assert outcomes[0] == "a" and outcomes[2] == "b"
+    assert isinstance(outcomes[1], ValueError)
+    assert _committed_ids(store.path) == {"a", "b"}
+    assert len(commits) == 1
+
+
+def test_units_queued_at_once_join_the_open_group(store: Store, tmp_path: Path) -> None:
+    assert store.path is not None
+    group = GroupCommit(tmp_path / "writer.lock", store.engine.connect, max_seconds=60)
+    commits: list[int] = []
+    event.listen(store.engine, "commit", lambda _conn: commits.append(1))
+    started = threading.Event()
+    release = threading.Event()
+    outcomes: list[object] = []
+    first = threading.Thread(target=group.run, args=(_holding("first", started, release),))
+    first.start()
+    assert started.wait(10)
+    queued = threading.Thread(
+        target=lambda: outcomes.extend(group.run_many([_create(f"s{n}") for n in range(5)]))
+    )
+    queued.start()
+    time.sleep(0.2)  # queued behind the open transaction: nothing of theirs is visible yet
+    assert _committed_ids(store.path) == set() and outcomes == []
+    release.set()
+    for thread in (first, queued):
+        thread.join(10)
+    assert outcomes == [f"s{n}" for n in range(5)]
+    assert _committed_ids(store.path) == {"first", *(f"s{n}" for n in range(5))}
+    assert len(commits) == 1
+
+
+def test_a_lost_transaction_is_an_error_for_each_of_its_units_queued_at_once(
+    store: Store, tmp_path: Path
+) -> None:
+    assert store.path is not None
+    group = GroupCommit(tmp_path / "writer.lock", store.engine.connect)
+
+    def breaking(conn: Connection) -> None:
+        session_rows.create_session(conn, session_id="lost-b", source="cli", now=1.0)
+        conn.connection.driver_connection.execute("ROLLBACK")  # type: ignore[union-attr]
+
+    outcomes = group.run_many([_create("lost-a"), breaking, _create("next-group")])
+    assert [type(outcome) for outcome in outcomes[:2]] == [GroupFailed, GroupFailed]
+    assert outcomes[2] == "next-group"
+    assert _committed_ids(store.path) == {"next-group"}
+
+
+def test_store_run_writes_records_each_unit_alone_in_one_transaction(store: Store) -> None:
+    assert store.path is not None
+    outcomes = store.run_writes([_create("a"), _changing_its_mind, _create("b")])
+    assert outcomes[0] == "a" and outcomes[2] == "b"
+    assert isinstance(outcomes[1], ValueError)
+    assert _committed_ids(store.path) == {"a", "b"}

@@ -143,18 +143,19 @@ def test_an_unknown_update_kind_is_acked_and_ignored(
     assert inbox(tg_store) == []
 
 
-def test_a_store_failure_is_503_not_500(
-    tg_settings: Settings, tg_store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    client, _ = client_for(tg_settings, tg_store)
-
-    def broken(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("disk full")
-
-    monkeypatch.setattr("producers.gateway.context.accept", broken)
+def test_a_store_failure_is_503_not_500(tg_settings: Settings, tg_store: Store) -> None:
+    client, waker = client_for(tg_settings, tg_store)
+    with tg_store.write() as conn:  # the database refuses every new turn
+        conn.execute(
+            text(
+                "CREATE TRIGGER refuse BEFORE INSERT ON inbox"
+                " BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+            )
+        )
     with client:
         response = client.post(URL, json=update("private"), headers=HEADERS)
     assert response.status_code == 503
+    assert inbox(tg_store) == [] and waker.drains == []
 
 
 def test_other_methods_and_paths(tg_settings: Settings, tg_store: Store) -> None:

@@ -1,0 +1,133 @@
+"""Recording a receiver's turns in batches: one transaction for all the turns that arrived while
+the last batch was being written, then their wake-ups in one publish, from one worker thread.
+
+Profiled under bench/webhooks.py, one turn per request cost two thread hops (each a futex
+wake of a sleeping thread, which on a busy machine costs more than the Python around it), a
+transaction of its own (BEGIN, COMMIT) and a broker publish of its own (a pool checkout and
+two Redis round trips: the task and its task-sent event) — more than the HTTP handling. So:
+
+- `record` checks the turn on the event loop (TurnRejected is raised there, nothing written)
+  and queues it. One worker thread takes everything queued, records it as one unit per turn
+  of one transaction (`intake.record_all`), and answers each request once that transaction
+  is committed — never before. A unit that raises fails its own request only; a lost
+  transaction fails them all (the receivers answer 503; the platform redelivers and the
+  inbox's unique event id keeps that a no-op).
+- Then, on the same thread, the wake-ups the batch claimed (coalesced per session by
+  routes.wake_sent_at, as before) go out in one batch (`intake.wake_all`). The acks do not
+  wait for them: the turns are committed, and a wake-up that is not sent has its claim
+  forgotten, so the next turn sends one and the redrive sweep finds this one.
+- The thread keeps taking batches while turns are queued and returns when none are: a busy
+  receiver wakes it once per burst, not once per request.
+
+A Recorder belongs to one event loop; `settled` waits until its thread is idle (the app's
+shutdown awaits it, so the wake-ups of acked turns are not dropped on exit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections import deque
+from collections.abc import Sequence
+
+from anyio import CapacityLimiter, to_thread
+
+from producers.intake import Accepted, Checked, checked, record_all, wake_all, wake_up_for
+from shared.ports import Clock, Waker
+from shared.settings import Settings
+from shared.store import Store, inbox
+from shared.turns import InboundTurn
+
+log = logging.getLogger(__name__)
+
+# Turns per transaction at most (a batch is whatever queued meanwhile, usually far fewer).
+MAX_BATCH = 256
+
+Waiting = tuple[Checked, "asyncio.Future[Accepted]"]
+Outcome = inbox.Recorded | Exception
+
+
+class Recorder:
+    """Batches one event loop's turns into transactions and their wake-ups into publishes."""
+
+    def __init__(self, store: Store, waker: Waker, settings: Settings, clock: Clock) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._store = store
+        self._waker = waker
+        self._settings = settings
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._queue: deque[Waiting] = deque()  # guarded by _lock, with _busy
+        self._busy = False  # the worker thread is taking batches
+        self._worker: asyncio.Task[None] | None = None
+        self._slot = CapacityLimiter(1)
+
+    async def record(self, turn: InboundTurn) -> Accepted:
+        """Returns once `turn` is committed. Raises TurnRejected (nothing written) for a bad
+        turn, or the store's error if its unit or its transaction failed.
+
+        `woken` is True: a worker is woken by a wake-up now queued, by one already on its way,
+        or by the drain holding the session; if the queued one is not sent, redrive wakes it.
+        """
+        item = checked(turn, self._settings)
+        future: asyncio.Future[Accepted] = self.loop.create_future()
+        with self._lock:
+            self._queue.append((item, future))
+            start, self._busy = not self._busy, True
+        if start:
+            self._worker = self.loop.create_task(self._run(), name="record turns")
+        return await future
+
+    async def settled(self) -> None:
+        """Wait until every queued turn is recorded and its wake-up sent."""
+        while self._worker is not None:
+            await asyncio.wait([self._worker])
+
+    async def _run(self) -> None:
+        try:
+            await to_thread.run_sync(self._work, limiter=self._slot)
+        finally:
+            if self._worker is asyncio.current_task():
+                self._worker = None
+
+    # --- the worker thread ---
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._busy = False
+                    return
+                batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
+            try:
+                outcomes: Sequence[Outcome] = record_all(
+                    self._store, [item for item, _ in batch], clock=self._clock
+                )
+            except Exception as exc:  # not one unit's failure: the whole batch's
+                outcomes = [exc] * len(batch)
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for these
+                self.loop.call_soon_threadsafe(_answer, batch, outcomes)
+            wakes = [
+                wake
+                for outcome in outcomes
+                if not isinstance(outcome, Exception) and (wake := wake_up_for(outcome))
+            ]
+            if wakes:
+                try:
+                    wake_all(self._store, self._waker, wakes)
+                except Exception as exc:  # the claims could not be forgotten: they go stale
+                    log.error("wake-ups for %d turns: %s (redrive finds them)", len(wakes), exc)
+
+
+def _answer(batch: Sequence[Waiting], outcomes: Sequence[Outcome]) -> None:
+    """On the event loop: answer each request of a committed batch (or fail it)."""
+    for (item, future), outcome in zip(batch, outcomes, strict=True):
+        if future.done():  # a request that went away is not answered
+            continue
+        if isinstance(outcome, Exception):
+            future.set_exception(outcome)
+        else:
+            accepted = Accepted(outcome.turn_id, item.key.key, outcome.seq, outcome.duplicate, True)
+            future.set_result(accepted)
