@@ -9,10 +9,11 @@ Everything runs in child processes this script starts and stops: a private `redi
 free port (the broker the gateway's real BrokerWaker publishes wake-ups to), one uvicorn
 process serving the real gateway app (producers/gateway: Telegram and Slack routes, a real
 state.db under a temporary HERMES_HOME, every turn committed before its 200) or the bare app
-(a 200 for any POST, nothing read or written), with the same server settings, and two load
-processes (a lean asyncio HTTP/1.1 client over keep-alive connections, so the load is not the
-bottleneck) that send unique, valid requests — distinct update ids and chats for Telegram,
-signed events for Slack — and time each request from send to ack. For each endpoint and
+(a 200 for any POST, nothing read or written), with the same server settings (the gateway's
+own: httptools, uvloop), and two load processes (a lean asyncio HTTP/1.1 client over
+keep-alive connections, so the load is not the bottleneck) that send unique, valid requests —
+distinct update ids and chats for Telegram, signed events for Slack — and time each request
+from send to ack. For each endpoint and
 number of concurrent connections it reports requests/s and p50/p99/max ack latency;
 *sustained* is the best requests/s at a level whose p99 is within the target and where every
 request was answered 200, and the gateway's is also given as a ratio of bare's. The gateway's
@@ -81,7 +82,7 @@ def free_port() -> int:
 
 def serve(kind: str, port: int) -> None:
     """`--serve gateway|bare`: one uvicorn process, the gateway's own server settings."""
-    from producers.gateway.serve import Mode, _server, listen
+    from producers.gateway.serve import Mode, _server, listen, run_loop
     from producers.gateway.serve import serve as serve_gateway
 
     sock = listen("127.0.0.1", port)
@@ -105,7 +106,7 @@ def serve(kind: str, port: int) -> None:
             ]
         )
         server = _server(app)
-        asyncio.run(server.serve(sockets=[sock]))
+        run_loop(server.serve(sockets=[sock]))
         return
     from producers.gateway.context import Gateway
     from producers.gateway.wakeups import PausingWaker
@@ -117,7 +118,7 @@ def serve(kind: str, port: int) -> None:
     store = open_store(settings.resolved_database_url)
     waker = PausingWaker(BrokerWaker(broker_client(settings)))
     try:
-        asyncio.run(serve_gateway(Gateway(settings, store, waker, time.time), Mode("slack"), sock))
+        run_loop(serve_gateway(Gateway(settings, store, waker, time.time), Mode("slack"), sock))
     finally:
         store.close()
 

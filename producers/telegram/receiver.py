@@ -43,6 +43,7 @@ SECRET_HEADER = "x-telegram-bot-api-secret-token"
 ALLOWED_UPDATES = ["message"]
 POLL_TIMEOUT = 25
 BACKOFF_MAX = 30.0
+EMPTY = b"{}"  # the usual answer: nothing to send back
 
 
 class TelegramReceiver:
@@ -69,7 +70,7 @@ class TelegramReceiver:
             reply = await self.handle_update(update)
         except BadRequest as exc:
             return exc.response()
-        return JSONResponse(reply or {})
+        return JSONResponse(reply) if reply else Response(EMPTY, media_type="application/json")
 
     # --- both modes ---
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -86,11 +87,17 @@ class Store:
             return self._group.run(work)
 
     def run_writes(self, works: Sequence[Callable[[Connection], T]]) -> list[T | Exception]:
-        """Each of `works` as its own unit in one write transaction (each in a savepoint, so
-        one that raises changes nothing and the others go on); returns each result or the
-        exception it raised, once committed. If the transaction is lost (its COMMIT fails),
-        every outcome is an error. On SQLite the units join the process's group commit."""
+        """Each of `works` as its own unit in one write transaction (one that raises changes
+        nothing and the others go on); returns each result or the exception it raised, once
+        committed. If the transaction is lost (its COMMIT fails), every outcome is an error.
+        On SQLite the units join the process's group commit.
+
+        All are first tried as one unit (no savepoint each); if one raises, that try is rolled
+        back and each runs again in a savepoint of its own. So a work may run twice: it must
+        change nothing but through `conn`."""
         self._check_process()
+        with contextlib.suppress(Exception):  # if one raised, all was rolled back: now each
+            return list(self.run_write(lambda conn: [work(conn) for work in works]))  # alone
         if self._group is not None:
             with self._corrupt_is_store_error():
                 return self._group.run_many(works)
