@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -267,3 +268,34 @@ def test_store_run_writes_records_each_unit_alone_in_one_transaction(store: Stor
     assert outcomes[0] == "a" and outcomes[2] == "b"
     assert isinstance(outcomes[1], ValueError)
     assert _committed_ids(store.path) == {"a", "b"}
+
+
+def test_store_run_writes_on_postgresql_records_each_unit_alone(postgres_url: str) -> None:
+    from shared.store import open_store
+
+    store = open_store(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    run = uuid.uuid4().hex
+    try:
+        outcomes = store.run_writes(
+            [_create(f"{run}-a"), _failing(f"{run}-x"), _create(f"{run}-b")]
+        )
+        with store.read() as conn:
+            kept = {
+                row[0]
+                for row in conn.execute(
+                    text("SELECT id FROM sessions WHERE id LIKE :run"), {"run": f"{run}-%"}
+                )
+            }
+    finally:
+        store.close()
+    assert outcomes[0] == f"{run}-a" and outcomes[2] == f"{run}-b"
+    assert isinstance(outcomes[1], ValueError)
+    assert kept == {f"{run}-a", f"{run}-b"}
+
+
+def _failing(session_id: str) -> Callable[[Connection], None]:
+    def work(conn: Connection) -> None:
+        session_rows.create_session(conn, session_id=session_id, source="cli", now=1.0)
+        raise ValueError("this unit changes its mind")
+
+    return work
