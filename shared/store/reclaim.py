@@ -160,11 +160,10 @@ def reclaim_space(
         with store.write() as conn:
             if guard is not None:
                 guard(conn)
-            remaining = sqlite.reclaim_step(conn, pacing.step_pages)
-        freed += left - remaining
+            step, left = sqlite.reclaim_step(conn, pacing.step_pages)
+        freed += step
         if progress is not None:
-            progress(left - remaining)
-        left = remaining
+            progress(step)
         checkpoint(store)
         sleep(pacing.pause_s)
     return Reclaimed(before, checkpointed_size(store), freed)

@@ -249,15 +249,21 @@ def free_pages(dbapi_conn: sqlite3.Connection) -> int:
     return int(dbapi_conn.execute("PRAGMA freelist_count").fetchone()[0])
 
 
-def reclaim_step(conn: Any, pages: int) -> int:
+def reclaim_step(conn: Any, pages: int) -> tuple[int, int]:
     """Give up to `pages` free pages back to the file system inside the caller's (short) write
-    transaction; returns how many remain free. Only for incremental auto-vacuum files."""
+    transaction: (pages given back, pages still free). Only for incremental auto-vacuum files."""
     cursor = conn.connection.dbapi_connection.cursor()
     try:
-        # The pragma frees one page per VM step: fetching its (empty) rows steps it to the end.
-        # (Not executescript: it would COMMIT the caller's transaction first.)
-        cursor.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
-        return int(cursor.execute("PRAGMA freelist_count").fetchone()[0])
+        free = int(cursor.execute("PRAGMA freelist_count").fetchone()[0])
+        # `incremental_vacuum(N)` frees one page per VM step, each step yielding a row with no
+        # columns. Python's sqlite3 (3.11) steps a statement once in execute(), and a fetch
+        # that finds a row of no columns resets the statement instead of stepping on: N asked,
+        # one freed. So one statement per page: each frees exactly one page however the
+        # driver steps it. (Not executescript: it would COMMIT the caller's transaction.)
+        for _ in range(min(int(pages), free)):
+            cursor.execute("PRAGMA incremental_vacuum(1)")
+        left = int(cursor.execute("PRAGMA freelist_count").fetchone()[0])
+        return free - left, left
     finally:
         cursor.close()
 

@@ -8,6 +8,7 @@ from sqlalchemy import Connection, text
 from shared.store import Store
 from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
+from shared.store import sqlite as store_sqlite
 from shared.store.messages import append_message
 
 NOW = 1_750_000_000.0
@@ -87,3 +88,25 @@ def test_space_comes_back_in_steps_of_the_given_size(store: Store) -> None:
     assert done.bytes_after < done.bytes_before
     with store.read() as conn:
         assert conn.execute(text("PRAGMA freelist_count")).scalar_one() == 0
+
+
+def _free_pages(store: Store) -> int:
+    with store.read() as conn:
+        return int(conn.execute(text("PRAGMA freelist_count")).scalar_one())
+
+
+def test_one_reclaim_step_frees_the_pages_it_asks_for(store: Store) -> None:
+    """Python's sqlite3 steps `PRAGMA incremental_vacuum(N)` once, which frees one page; a
+    step must free all N it asks for."""
+    _ended(store, 80, 6)
+    reclaim_store.prune_in_batches(
+        store, ended_before=NOW, pacing=reclaim_store.Pacing(), sleep=lambda _s: None
+    )
+    free = _free_pages(store)
+    assert free > 100
+    with store.write() as conn:
+        step = store_sqlite.reclaim_step(conn, 64)
+    assert step == (64, free - 64)
+    assert _free_pages(store) == free - 64
+    with store.write() as conn:  # never more than there is
+        assert store_sqlite.reclaim_step(conn, free) == (free - 64, 0)
