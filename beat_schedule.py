@@ -29,7 +29,13 @@ SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 300.0,
         "options": {"queue": "hermes.maintenance", "expires": 300.0},
     },
-    # Retention prune + reclaim (only with sessions.auto_prune; at most once per interval).
+    # Merge the search indexes' segments that appends pile up (SQLite; when there are many).
+    "index_merge": {
+        "task": "hermes.maintenance.index_merge",
+        "schedule": 600.0,
+        "options": {"queue": "hermes.maintenance", "expires": 600.0},
+    },
+    # Retention prune, index merge, reclaim (only with sessions.auto_prune; once per interval).
     "prune": {
         "task": "hermes.maintenance.prune",
         "schedule": 3600.0,

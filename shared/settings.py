@@ -276,7 +276,9 @@ class MaintenanceSettings(_Section):
     title_seconds: float = Field(default=300, gt=0)
     prune_seconds: float = Field(default=3600, gt=0)
     cron_seconds: float = Field(default=15, gt=0, le=60)
+    index_merge_seconds: float = Field(default=600, gt=0)
     vacuum_step_pages: int = Field(default=256, ge=16)
+    index_merge_pages: int = Field(default=200, ge=16)
     vacuum_pause_ms: float = Field(default=20, ge=0)
 
 

@@ -11,6 +11,7 @@ AUTOTITLE = "hermes.sessions.autotitle"  # after a session's first exchange (mai
 RESET_SWEEP = "hermes.maintenance.reset_sweep"
 TITLE_SWEEP = "hermes.maintenance.title_sweep"
 PRUNE = "hermes.maintenance.prune"
+INDEX_MERGE = "hermes.maintenance.index_merge"
 CRON_TICK = "hermes.maintenance.cron_tick"
 
 TURNS_QUEUE = "hermes.turns"

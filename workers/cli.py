@@ -33,6 +33,7 @@ def beat_config(settings: Settings) -> dict[str, dict[str, Any]]:
         "reset": settings.maintenance.reset_seconds,
         "titles": settings.maintenance.title_seconds,
         "prune": settings.maintenance.prune_seconds,
+        "index_merge": settings.maintenance.index_merge_seconds,
     }
     for name, period in periods.items():
         entries[name]["schedule"] = period

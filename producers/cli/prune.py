@@ -1,15 +1,18 @@
-"""`hermes sessions prune`: delete ended sessions older than a cutoff, then reclaim the space."""
+"""`hermes sessions prune`: delete ended sessions older than a cutoff, merge the search index,
+then reclaim the space."""
 
 from __future__ import annotations
 
 import time
 
 import click
+from sqlalchemy import exc
 
 from producers.cli.app import App, pass_app
 from producers.cli.guard import store_command
 from producers.cli.render import confirm, human_bytes, local_date, progress_bar
 from producers.cli.space import ReclaimError, reclaim
+from shared.store import Store
 from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
 from shared.wording import plural
@@ -79,6 +82,8 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
             progress=lambda count, _messages: advance(count),
         )
     click.echo(f"Deleted {plural(deleted, 'session')} ({plural(messages, 'message')}).")
+    if deleted or messages:
+        _merge(store, paced)
     if not app.settings.sessions.vacuum_after_prune:
         return
     try:
@@ -91,6 +96,20 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
         click.echo(
             f"Reclaimed space: state.db was {human_bytes(before)} ({before:,} bytes), "
             f"now {human_bytes(after)} ({after:,} bytes)."
+        )
+
+
+def _merge(store: Store, pacing: reclaim_store.Pacing) -> None:
+    """Merge the search indexes, which keep deleted rows until then (SQLite only)."""
+    try:
+        merged = reclaim_store.merge_indexes(store, pacing=pacing, sleep=time.sleep, full=True)
+    except exc.OperationalError as error:
+        click.echo(f"Could not merge the search index now ({error.orig}); searches stay slower.")
+        return
+    if merged.steps:
+        click.echo(
+            f"Merged the search index: {plural(merged.segments_before, 'segment')} -> "
+            f"{merged.segments_after}."
         )
 
 

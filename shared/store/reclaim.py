@@ -1,15 +1,19 @@
-"""Pruning without stalling turn writes: short delete batches, then space back a step at a time.
+"""Pruning without stalling turn writes: short delete batches, merged indexes, space back in steps.
 
-Shared by beat's retention sweep and `hermes sessions prune`. Each delete batch is one short
-write transaction (bounded by sessions and by messages), followed, outside the write lock, by
-a PASSIVE WAL checkpoint and a pause; freed pages then go back to the file system a few
-hundred per write transaction (incremental auto-vacuum), never in one VACUUM. The clock-free
-parts are here; what is SQLite-only (checkpoint, incremental vacuum, sizes) is in `sqlite`.
+Shared by beat's sweeps and `hermes sessions prune`. Each delete batch is one short write
+transaction (bounded by sessions and by messages), followed, outside the write lock, by a
+PASSIVE WAL checkpoint and a pause. Then the FTS5 indexes are merged (deleted rows stay in
+their segments, and slow every query, until a merge rewrites them) and the freed pages go back
+to the file system (incremental auto-vacuum), each a bounded step per write transaction with
+the same checkpoint and pause after it, never in one VACUUM or 'optimize'. What is SQLite-only
+(checkpoint, merge and vacuum steps, sizes) is in `sqlite`; on PostgreSQL, whose autovacuum
+does this work, merging and reclaiming do nothing.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,15 +42,18 @@ class Pacing:
     batch_sessions: int = BATCH_SESSIONS
     batch_messages: int = BATCH_MESSAGES
     step_pages: int = 256  # free pages given back per write transaction
+    merge_pages: int = 200  # FTS5 index pages written per merge step
     pause_s: float = 0.02  # after each batch or step, so queued turn writes go first
 
 
 def pacing_for(maintenance: MaintenanceSettings, *, batch_sessions: int = BATCH_SESSIONS) -> Pacing:
-    """The pacing `maintenance.vacuum_step_pages` and `.vacuum_pause_ms` ask for."""
+    """The pacing `maintenance.vacuum_step_pages`, `.index_merge_pages` and `.vacuum_pause_ms`
+    ask for."""
     return Pacing(
         batch_sessions=batch_sessions,
         batch_messages=BATCH_MESSAGES,
         step_pages=maintenance.vacuum_step_pages,
+        merge_pages=maintenance.index_merge_pages,
         pause_s=maintenance.vacuum_pause_ms / 1000,
     )
 
@@ -55,7 +62,19 @@ def pacing_for(maintenance: MaintenanceSettings, *, batch_sessions: int = BATCH_
 class Reclaimed:
     bytes_before: int  # state.db after a PASSIVE checkpoint, before the first step
     bytes_after: int
-    pages_freed: int
+    pages_freed: int  # pages given back to the file system
+    free_at_start: int = 0  # pages free when the first step began
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """What merging the FTS5 indexes did (totals over the indexes)."""
+
+    segments_before: int = 0
+    segments_after: int = 0
+    steps: int = 0  # write transactions
+    seconds: float = 0.0
 
 
 def prune_in_batches(
@@ -142,6 +161,68 @@ def truncate_wal(store: Store) -> bool:
         return sqlite.try_truncate_wal(conn)
 
 
+def segment_counts(store: Store) -> dict[str, int]:
+    """Segments per FTS5 index (1 once merged); empty on PostgreSQL."""
+    if store.dialect != "sqlite":
+        return {}
+    with store.read() as conn:
+        return {table: sqlite.fts_segments(conn, table) for table in sqlite.FTS_INDEXES}
+
+
+def merge_indexes(
+    store: Store,
+    *,
+    pacing: Pacing,
+    sleep: Sleep,
+    full: bool,
+    above: int = 1,
+    guard: Guard | None = None,
+) -> Merged:
+    """Merge the FTS5 segments of each index holding more than `above`, a bounded step per
+    write transaction, until a step runs out of work.
+
+    `full` (after deletes) merges every segment into one, which drops the deleted rows; else
+    only levels with two or more segments are merged (traffic's small segments fold together;
+    the big one is rewritten only when they reach its level). Segments that appends add
+    meanwhile are taken along when they are. Nothing to do on PostgreSQL.
+    """
+    if not is_sqlite_file(store):
+        return Merged()
+    began = time.perf_counter()
+    before = segment_counts(store)
+    steps = 0
+    for table, count in before.items():
+        if count > above:
+            steps += _merge_index(store, table, pacing=pacing, sleep=sleep, full=full, guard=guard)
+    after = segment_counts(store) if steps else before
+    return Merged(
+        sum(before.values()), sum(after.values()), steps, round(time.perf_counter() - began, 3)
+    )
+
+
+def _merge_index(
+    store: Store, table: str, *, pacing: Pacing, sleep: Sleep, full: bool, guard: Guard | None
+) -> int:
+    """Merge steps on one index until one changes fewer rows than its page budget (it ran out
+    of work); at most enough steps to rewrite the whole file twice, whatever appends add."""
+    assert store.path is not None
+    limit = 2 * (store.path.stat().st_size // sqlite.PAGE_SIZE // pacing.merge_pages + 1)
+    steps = 0
+    while steps < limit:
+        with store.write() as conn:
+            if guard is not None:
+                guard(conn)
+            changed = sqlite.fts_merge_step(
+                conn, pacing.merge_pages, table, start=full and steps == 0
+            )
+        steps += 1
+        checkpoint(store)
+        sleep(pacing.pause_s)
+        if changed < pacing.merge_pages:
+            break
+    return steps
+
+
 def reclaim_space(
     store: Store,
     *,
@@ -151,19 +232,23 @@ def reclaim_space(
     progress: Callable[[int], None] | None = None,
 ) -> Reclaimed:
     """Give free pages back in small write transactions. Only for `incremental(store)` files;
-    `progress` hears the pages each step gave back."""
+    `progress` hears the pages each step gave back. Stops once as many pages as were free at
+    the start went back (pages that appends free meanwhile are left for them to reuse)."""
+    began = time.perf_counter()
     with _driver(store) as conn:
-        left = sqlite.free_pages(conn)
+        left = start = sqlite.free_pages(conn)
     before = checkpointed_size(store)
     freed = 0
-    while left > 0:
+    while left > 0 and freed < start:
         with store.write() as conn:
             if guard is not None:
                 guard(conn)
-            step, left = sqlite.reclaim_step(conn, pacing.step_pages)
+            step, left = sqlite.reclaim_step(conn, min(pacing.step_pages, start - freed))
         freed += step
         if progress is not None:
             progress(step)
         checkpoint(store)
         sleep(pacing.pause_s)
-    return Reclaimed(before, checkpointed_size(store), freed)
+    return Reclaimed(
+        before, checkpointed_size(store), freed, start, round(time.perf_counter() - began, 3)
+    )

@@ -11,10 +11,11 @@ from alembic import command
 from sqlalchemy import Connection, text
 
 from shared.store import Store
+from shared.store import sqlite as store_sqlite
 from shared.store.engine import connect
 from shared.store.messages import append_message
 from shared.store.migrate import alembic_config
-from shared.store.sessions import create_session
+from shared.store.sessions import create_session, end_session
 
 
 def sqlite_url(path: Path) -> str:
@@ -93,3 +94,29 @@ def fill(store: Store, sessions: int = 3, messages: int = 4, *, prefix: str = "s
             for j in range(messages):
                 role = "user" if j % 2 == 0 else "assistant"
                 append_message(conn, sid, role, f"{sid} message {j}", now=1000.0 + i + j)
+
+
+def fill_in_segments(
+    store: Store, *, sessions: int, started: float, ended: float | None, prefix: str
+) -> list[str]:
+    """Sessions of four English and Chinese messages each: every append leaves a segment in
+    both FTS5 indexes, as turn-by-turn traffic does, until the merging inside appends (or
+    maintenance) folds them together."""
+    ids = []
+    for i in range(sessions):
+        sid = f"{prefix}_{i:06d}_abcdef"
+        with store.write() as conn:
+            create_session(conn, session_id=sid, source="cli", now=started)
+            for j in range(4):
+                text_ = f"{prefix} note {i} part {j} about the deploy " * 10 + "部署会议记录"
+                append_message(conn, sid, "user", text_, now=started + j)
+            if ended is not None:
+                end_session(conn, sid, "idle", ended)
+        ids.append(sid)
+    return ids
+
+
+def fts_segment_counts(store: Store) -> dict[str, int]:
+    """Segments of each FTS5 index (1 once merged)."""
+    with store.read() as conn:
+        return {table: store_sqlite.fts_segments(conn, table) for table in store_sqlite.FTS_INDEXES}

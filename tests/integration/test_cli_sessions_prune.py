@@ -22,6 +22,7 @@ from shared.settings import Settings
 from shared.store import Store, open_store
 from shared.store.messages import append_message
 from shared.store.sessions import create_session, end_session, get_session, prune_batch, stats
+from tests.integration.storekit import fill_in_segments, fts_integrity_check, fts_segment_counts
 from tests.integration.test_cli_sessions_support import (
     DAY,
     NOW,
@@ -146,6 +147,22 @@ def test_prune_in_batches_reclaims_space(hermes_env: dict[str, str], store: Stor
     on_disk = store.path.stat().st_size
     wal = store.path.with_name(store.path.name + "-wal")
     assert on_disk + (wal.stat().st_size if wal.exists() else 0) == after
+
+
+def test_prune_leaves_both_search_indexes_merged(settings: Settings, store: Store) -> None:
+    old = fill_in_segments(
+        store, sessions=30, started=NOW - 200 * DAY, ended=NOW - 100 * DAY, prefix="20250101"
+    )
+    kept = fill_in_segments(store, sessions=10, started=NOW - DAY, ended=None, prefix="20250614")
+    assert all(count > 1 for count in fts_segment_counts(store).values())
+    result = invoke(settings, ["sessions", "prune", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert f"Deleted {len(old)} sessions" in result.output
+    assert fts_segment_counts(store) == {"messages_fts": 1, "messages_cjk": 1}
+    with store.read() as conn:
+        fts_integrity_check(conn)
+        assert conn.execute(text("PRAGMA integrity_check")).scalar_one() == "ok"
+    assert session_ids(store) == kept
 
 
 def test_prune_respects_vacuum_after_prune_false(hermes_env: dict[str, str], mixed: Store) -> None:

@@ -10,6 +10,7 @@ from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
 from shared.store import sqlite as store_sqlite
 from shared.store.messages import append_message
+from tests.integration.storekit import fill_in_segments, fts_integrity_check, fts_segment_counts
 
 NOW = 1_750_000_000.0
 DAY = 86_400.0
@@ -110,3 +111,79 @@ def test_one_reclaim_step_frees_the_pages_it_asks_for(store: Store) -> None:
     assert _free_pages(store) == free - 64
     with store.write() as conn:  # never more than there is
         assert store_sqlite.reclaim_step(conn, free) == (free - 64, 0)
+
+
+def _matches(store: Store, query: str) -> list[int]:
+    with store.read() as conn:
+        rows = conn.execute(
+            text("SELECT rowid FROM messages_fts WHERE messages_fts MATCH :q ORDER BY rowid"),
+            {"q": query},
+        ).scalars()
+        return list(rows)
+
+
+def test_a_full_merge_goes_in_guarded_steps_and_leaves_one_segment(store: Store) -> None:
+    fill_in_segments(store, sessions=40, started=NOW - 200 * DAY, ended=NOW - 100 * DAY, prefix="a")
+    fill_in_segments(store, sessions=5, started=NOW - DAY, ended=None, prefix="b")
+    reclaim_store.prune_in_batches(
+        store, ended_before=NOW - 90 * DAY, pacing=reclaim_store.Pacing(), sleep=lambda _s: None
+    )
+    before = fts_segment_counts(store)
+    assert all(count > 1 for count in before.values())
+    expected = _matches(store, "deploy")
+    guarded: list[bool] = []
+    paused: list[float] = []
+    merged = reclaim_store.merge_indexes(
+        store,
+        pacing=reclaim_store.Pacing(merge_pages=16, pause_s=0.25),
+        sleep=paused.append,
+        full=True,
+        guard=lambda conn: guarded.append(conn.in_transaction()),
+    )
+    assert fts_segment_counts(store) == {"messages_fts": 1, "messages_cjk": 1}
+    assert (merged.segments_before, merged.segments_after) == (sum(before.values()), 2)
+    assert merged.steps > 2  # in bounded steps, each in its own guarded write
+    assert guarded == [True] * merged.steps and paused == [0.25] * merged.steps
+    assert _matches(store, "deploy") == expected and len(expected) == 20
+    with store.read() as conn:
+        fts_integrity_check(conn)
+
+
+def test_a_failing_guard_stops_the_merge_and_the_index_stays_whole(store: Store) -> None:
+    fill_in_segments(store, sessions=40, started=NOW - DAY, ended=None, prefix="a")
+    calls: list[bool] = []
+
+    def guard(_conn: Connection) -> None:
+        calls.append(True)
+        if len(calls) == 2:
+            raise RuntimeError("lease lost")
+
+    with pytest.raises(RuntimeError, match="lease lost"):
+        reclaim_store.merge_indexes(
+            store,
+            pacing=reclaim_store.Pacing(merge_pages=16),
+            sleep=lambda _s: None,
+            full=True,
+            guard=guard,
+        )
+    assert len(_matches(store, "deploy")) == 160
+    with store.read() as conn:
+        fts_integrity_check(conn)
+
+
+def test_a_traffic_merge_folds_small_segments_and_skips_merged_indexes(store: Store) -> None:
+    fill_in_segments(store, sessions=60, started=NOW - DAY, ended=None, prefix="a")
+    before = fts_segment_counts(store)
+    assert min(before.values()) > 16
+    expected = _matches(store, "deploy")
+    merged = reclaim_store.merge_indexes(
+        store, pacing=reclaim_store.Pacing(), sleep=lambda _s: None, full=False, above=16
+    )
+    after = fts_segment_counts(store)
+    assert all(after[table] < before[table] and after[table] <= 16 for table in after)
+    assert merged.steps >= 2
+    assert _matches(store, "deploy") == expected
+    again = reclaim_store.merge_indexes(
+        store, pacing=reclaim_store.Pacing(), sleep=lambda _s: None, full=False, above=16
+    )
+    assert again.steps == 0 and fts_segment_counts(store) == after

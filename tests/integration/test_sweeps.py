@@ -9,15 +9,16 @@ from sqlalchemy import select, text
 
 from producers.intake import accept
 from shared.settings import Settings, load_settings
-from shared.store import Store, cron, outbox
+from shared.store import Store, cron, leases, outbox
 from shared.store import sessions as session_rows
 from shared.store.housekeeping import MEMORY_FLUSH
 from shared.store.schema import inbox as inbox_table
 from shared.store.schema import routes
+from tests.integration.storekit import fill_in_segments, fts_integrity_check, fts_segment_counts
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, turn
 from workers.drain import drain
 from workers.sweeps import cron as cron_sweep
-from workers.sweeps import prune, reset, titles
+from workers.sweeps import index, prune, reset, titles
 
 T0 = 1_780_000_000.0  # a fixed "now" (2026-05-28)
 
@@ -203,6 +204,59 @@ def test_prune_is_off_unless_enabled_and_two_runs_never_overlap(
         held = leases.acquire_named(conn, prune.LEASE, "someone-else", first.clock(), 60)
     assert held is not None
     assert prune.sweep(second).reason == "busy"
+
+
+def test_prune_leaves_both_search_indexes_merged(hermes_env: dict[str, str], store: Store) -> None:
+    """Deleted rows stay in the old segments (and slow every query) until a merge rewrites
+    them: the sweep merges the word and the substring index after its deletes."""
+    settings = _settings(
+        hermes_env, HERMES_SESSIONS__AUTO_PRUNE="true", HERMES_MAINTENANCE__VACUUM_PAUSE_MS="0"
+    )
+    old = fill_in_segments(
+        store, sessions=30, started=T0 - 200 * 86400, ended=T0 - 100 * 86400, prefix="20250101"
+    )
+    kept = fill_in_segments(store, sessions=10, started=T0 - 86400, ended=None, prefix="20260101")
+    assert all(count > 1 for count in fts_segment_counts(store).values())
+    rt, _ = make_runtime(settings, store, clock=Clock(T0))
+    report = prune.sweep(rt)
+    assert (report.reason, report.sessions) == ("done", len(old))
+    assert fts_segment_counts(store) == {"messages_fts": 1, "messages_cjk": 1}
+    with store.read() as conn:
+        fts_integrity_check(conn)
+        found = conn.execute(
+            text(
+                "SELECT DISTINCT m.session_id FROM messages_cjk AS f JOIN messages AS m"
+                " ON m.id = f.rowid WHERE messages_cjk MATCH '会议记'"
+            )
+        ).scalars()
+        assert sorted(found) == kept
+
+
+def test_index_sweep_merges_what_traffic_piled_up_and_waits_for_a_running_prune(
+    hermes_env: dict[str, str], store: Store
+) -> None:
+    rt, _ = make_runtime(_settings(hermes_env), store, clock=Clock(T0))
+    fill_in_segments(store, sessions=2, started=T0 - 86400, ended=None, prefix="20260101")
+    assert index.sweep(rt).reason == "not-needed"  # a few segments: left alone
+    fill_in_segments(store, sessions=60, started=T0 - 86400, ended=None, prefix="20260102")
+    before = fts_segment_counts(store)
+    assert min(before.values()) > index.MAX_SEGMENTS
+    with store.write() as conn:
+        held = leases.acquire_named(conn, prune.LEASE, "a-prune", T0, 60)
+    assert held is not None
+    assert index.sweep(rt).reason == "busy"
+    assert fts_segment_counts(store) == before
+    with store.write() as conn:
+        leases.release_named(conn, held)
+    report = index.sweep(rt)
+    assert report.reason == "merged" and report.segments_before == sum(before.values())
+    assert all(count <= index.MAX_SEGMENTS for count in fts_segment_counts(store).values())
+    with store.read() as conn:
+        fts_integrity_check(conn)
+        hits = conn.execute(
+            text("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'deploy'")
+        ).scalar_one()
+    assert hits == 62 * 4
 
 
 def _job(store: Store, now: float, **kw: str) -> cron.CronJob:

@@ -99,6 +99,7 @@ def test_tasks_are_registered_under_readable_names(app: Celery) -> None:
         "hermes.maintenance.reset_sweep",
         "hermes.maintenance.title_sweep",
         "hermes.maintenance.prune",
+        "hermes.maintenance.index_merge",
         "hermes.maintenance.cron_tick",
     }
     assert expected <= registered

@@ -86,3 +86,35 @@ def test_merge_step_keeps_search_working(store: Store) -> None:
             "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'zebra'"
         ).scalar_one()
     assert hits == 20
+
+
+def _segments_by_idx(store: Store, table: str) -> int:
+    """The segment count read the slow way: the distinct segment ids of the index's b-trees."""
+    with store.read() as conn:
+        return int(
+            conn.exec_driver_sql(f"SELECT count(DISTINCT segid) FROM {table}_idx").scalar_one()
+        )
+
+
+def test_segment_count_reads_the_index_structure(store: Store) -> None:
+    with store.read() as conn:
+        assert store_sqlite.fts_segments(conn) == 0  # a new, empty index
+    with store.write() as conn:
+        # No merging inside appends: every transaction below leaves its own segment.
+        for table in store_sqlite.FTS_INDEXES:
+            conn.exec_driver_sql(f"INSERT INTO {table}({table}, rank) VALUES ('automerge', 0)")
+            conn.exec_driver_sql(f"INSERT INTO {table}({table}, rank) VALUES ('crisismerge', 1000)")
+        create_session(conn, session_id="20260101_000000_abcdef", source="cli", now=1.0)
+    for i in range(150):  # past 127: the count takes two bytes in the record
+        with store.write() as conn:
+            append_message(
+                conn, "20260101_000000_abcdef", "user", f"note {i} 会议记录", now=2.0 + i
+            )
+    with store.read() as conn:
+        counted = {
+            table: store_sqlite.fts_segments(conn, table) for table in store_sqlite.FTS_INDEXES
+        }
+    assert counted == {table: _segments_by_idx(store, table) for table in store_sqlite.FTS_INDEXES}
+    assert counted["messages_fts"] == 150
+    with store.read() as conn, pytest.raises(ValueError, match="unknown FTS5 index"):
+        store_sqlite.fts_segments(conn, "messages")

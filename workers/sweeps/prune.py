@@ -1,9 +1,10 @@
-"""Retention prune: ended sessions older than `sessions.retention_days`, then space back.
+"""Retention prune: ended sessions older than `sessions.retention_days`, merged indexes, space back.
 
 At most once per `sessions.min_interval_hours` for the whole fleet (the last run is kept in
 state_meta, read and written under a cross-process lease), in short batches so turn writes
-keep flowing, and the freed pages go back to the file system a few hundred at a time
-(incremental auto-vacuum) instead of in one VACUUM that holds the write lock for seconds.
+keep flowing. Then the search indexes are merged (the deleted rows leave them) and the freed
+pages go back to the file system (incremental auto-vacuum), each in bounded steps instead of
+one 'optimize' and one VACUUM that hold the write lock for seconds.
 """
 
 from __future__ import annotations
@@ -32,9 +33,20 @@ class PruneReport:
     reason: str  # disabled | not-due | busy | done
     sessions: int = 0
     messages: int = 0
-    pages_freed: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
+    merged: reclaim_store.Merged | None = None
+    reclaimed: reclaim_store.Reclaimed | None = None
+
+    @property
+    def pages_freed(self) -> int:
+        return self.reclaimed.pages_freed if self.reclaimed else 0
+
+    @property
+    def bytes_before(self) -> int:
+        return self.reclaimed.bytes_before if self.reclaimed else 0
+
+    @property
+    def bytes_after(self) -> int:
+        return self.reclaimed.bytes_after if self.reclaimed else 0
 
 
 def sweep(rt: Runtime, *, force: bool = False) -> PruneReport:
@@ -56,7 +68,7 @@ def sweep(rt: Runtime, *, force: bool = False) -> PruneReport:
             leases.release_named(conn, lease)
 
 
-def _lease_guard(rt: Runtime, lease: leases.Lease | None) -> reclaim_store.Guard | None:
+def lease_guard(rt: Runtime, lease: leases.Lease | None) -> reclaim_store.Guard | None:
     """Every write transaction first checks that the lease is still ours."""
     if lease is None:
         return None
@@ -70,34 +82,43 @@ def _lease_guard(rt: Runtime, lease: leases.Lease | None) -> reclaim_store.Guard
 def _run(rt: Runtime, lease: leases.Lease) -> PruneReport:
     cfg = rt.settings.sessions
     cutoff = rt.clock() - cfg.retention_days * 86400
+    pacing = reclaim_store.pacing_for(rt.settings.maintenance)
+    guard = lease_guard(rt, lease)
     sessions, messages = reclaim_store.prune_in_batches(
-        rt.store,
-        ended_before=cutoff,
-        pacing=reclaim_store.pacing_for(rt.settings.maintenance),
-        sleep=time.sleep,
-        guard=_lease_guard(rt, lease),
+        rt.store, ended_before=cutoff, pacing=pacing, sleep=time.sleep, guard=guard
     )
-    before = after = freed = 0
-    if sessions and cfg.vacuum_after_prune:
-        before, after, freed = reclaim(rt, lease)
+    merged = reclaimed = None
+    if sessions or messages:
+        merged = reclaim_store.merge_indexes(
+            rt.store, pacing=pacing, sleep=time.sleep, full=True, guard=guard
+        )
+        if cfg.vacuum_after_prune:
+            reclaimed = reclaim(rt, lease)
     with rt.store.write() as conn:
         leases.check_named(conn, lease, rt.clock(), LEASE_TTL)
         meta.set_meta(conn, LAST_RUN, repr(rt.clock()))
-    log.info("pruned %d sessions (%d messages), freed %d pages", sessions, messages, freed)
-    return PruneReport(True, "done", sessions, messages, freed, before, after)
+    report = PruneReport(True, "done", sessions, messages, merged, reclaimed)
+    log.info(
+        "pruned %d sessions (%d messages); index segments %d -> %d; freed %d pages",
+        sessions,
+        messages,
+        merged.segments_before if merged else 0,
+        merged.segments_after if merged else 0,
+        report.pages_freed,
+    )
+    return report
 
 
-def reclaim(rt: Runtime, lease: leases.Lease | None = None) -> tuple[int, int, int]:
-    """Give free pages back in small write transactions: (file bytes before, after, pages)."""
-    if rt.store.path is None:
-        return 0, 0, 0
+def reclaim(rt: Runtime, lease: leases.Lease | None = None) -> reclaim_store.Reclaimed | None:
+    """Give free pages back in small write transactions (None where that cannot be done)."""
+    if not reclaim_store.is_sqlite_file(rt.store):
+        return None
     if not reclaim_store.incremental(rt.store):
         log.warning("state.db has no incremental auto-vacuum; freed pages stay for reuse")
-        return 0, 0, 0
-    done = reclaim_store.reclaim_space(
+        return None
+    return reclaim_store.reclaim_space(
         rt.store,
         pacing=reclaim_store.pacing_for(rt.settings.maintenance),
         sleep=time.sleep,
-        guard=_lease_guard(rt, lease),
+        guard=lease_guard(rt, lease),
     )
-    return done.bytes_before, done.bytes_after, done.pages_freed

@@ -1,4 +1,5 @@
-"""Beat's sweeps as tasks: reset, auto-title, retention prune, cron tick (maintenance queue).
+"""Beat's sweeps as tasks: reset, auto-title, retention prune, index merge, cron tick
+(maintenance queue).
 
 Each is idempotent: a double fire or a restart changes nothing the first run did not.
 """
@@ -11,9 +12,9 @@ from typing import Any
 from celery import Celery
 from sqlalchemy.exc import OperationalError
 
-from shared.tasknames import CRON_TICK, PRUNE, RESET_SWEEP, TITLE_SWEEP
+from shared.tasknames import CRON_TICK, INDEX_MERGE, PRUNE, RESET_SWEEP, TITLE_SWEEP
 from workers.runtime import RuntimeHolder
-from workers.sweeps import cron, prune, reset, titles
+from workers.sweeps import cron, index, prune, reset, titles
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,15 @@ def register(app: Celery, runtimes: RuntimeHolder) -> None:
             "sessions": report.sessions,
             "messages": report.messages,
             "pages_freed": report.pages_freed,
+        }
+
+    @app.task(name=INDEX_MERGE, **options)
+    def index_task(self: Any) -> dict[str, Any]:
+        report = index.sweep(runtimes.get())
+        return {
+            "reason": report.reason,
+            "segments_before": report.segments_before,
+            "segments_after": report.segments_after,
         }
 
     @app.task(name=CRON_TICK, **options)

@@ -1,0 +1,60 @@
+"""The index sweep: merge the FTS5 segments that turn-by-turn appends pile up.
+
+Every append leaves a small segment; the merging that appends do themselves (automerge) keeps
+the index at tens of segments, and every query reads each one. This sweep folds them together
+in bounded steps (the big segment is rewritten only when the small ones reach its level),
+under the maintenance lease the prune takes, so the two never run at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from shared.store import leases
+from shared.store import reclaim as reclaim_store
+from workers.runtime import Runtime
+from workers.sweeps.prune import LEASE, LEASE_TTL, lease_guard
+
+log = logging.getLogger(__name__)
+
+# Merged, an index has one segment per level at most (about ten at a million messages);
+# traffic takes it to 15-70 between sweeps (bench/maintenance.py prints the counts).
+MAX_SEGMENTS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class IndexReport:
+    reason: str  # merged | not-needed | busy
+    segments_before: int = 0
+    segments_after: int = 0
+    steps: int = 0
+
+
+def sweep(rt: Runtime) -> IndexReport:
+    """Merge each index holding more than MAX_SEGMENTS segments (SQLite only)."""
+    counts = reclaim_store.segment_counts(rt.store)
+    if (
+        not reclaim_store.is_sqlite_file(rt.store)
+        or max(counts.values(), default=0) <= MAX_SEGMENTS
+    ):
+        return IndexReport("not-needed", sum(counts.values()), sum(counts.values()))
+    with rt.store.write() as conn:
+        lease = leases.acquire_named(conn, LEASE, rt.holder(), rt.clock(), LEASE_TTL)
+    if lease is None:
+        return IndexReport("busy")
+    try:
+        merged = reclaim_store.merge_indexes(
+            rt.store,
+            pacing=reclaim_store.pacing_for(rt.settings.maintenance),
+            sleep=time.sleep,
+            full=False,
+            above=MAX_SEGMENTS,
+            guard=lease_guard(rt, lease),
+        )
+    finally:
+        with rt.store.write() as conn:
+            leases.release_named(conn, lease)
+    log.info("index segments %d -> %d", merged.segments_before, merged.segments_after)
+    return IndexReport("merged", merged.segments_before, merged.segments_after, merged.steps)
