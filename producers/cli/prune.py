@@ -72,18 +72,20 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
         click.echo("Aborted; nothing deleted.", err=True)
         click.get_current_context().exit(1)
     paced = reclaim_store.pacing_for(app.settings.maintenance, batch_sessions=PRUNE_BATCH)
-    with progress_bar(summary.sessions, "Pruning") as advance:
-        deleted, messages = reclaim_store.prune_in_batches(
-            store,
-            ended_before=cutoff,
-            source=source,
-            pacing=paced,
-            sleep=time.sleep,
-            progress=lambda count, _messages: advance(count),
-        )
-    click.echo(f"Deleted {plural(deleted, 'session')} ({plural(messages, 'message')}).")
-    if deleted or messages:
-        _merge(store, paced)
+    with reclaim_store.merging_held(store):
+        with progress_bar(summary.sessions, "Pruning") as advance:
+            deleted, messages = reclaim_store.prune_in_batches(
+                store,
+                ended_before=cutoff,
+                source=source,
+                pacing=paced,
+                sleep=time.sleep,
+                progress=lambda count, _messages: advance(count),
+                fold=True,
+            )
+        click.echo(f"Deleted {plural(deleted, 'session')} ({plural(messages, 'message')}).")
+        if deleted or messages:
+            _merge(store, paced)
     if not app.settings.sessions.vacuum_after_prune:
         return
     try:
@@ -102,7 +104,9 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
 def _merge(store: Store, pacing: reclaim_store.Pacing) -> None:
     """Merge the search indexes, which keep deleted rows until then (SQLite only)."""
     try:
-        merged = reclaim_store.merge_indexes(store, pacing=pacing, sleep=time.sleep, full=True)
+        merged = reclaim_store.merge_indexes(
+            store, pacing=pacing, sleep=time.sleep, full=True, hold=False
+        )
     except exc.OperationalError as error:
         click.echo(f"Could not merge the search index now ({error.orig}); searches stay slower.")
         return

@@ -5,9 +5,11 @@ transaction (bounded by sessions and by messages), followed, outside the write l
 PASSIVE WAL checkpoint and a pause. Then the FTS5 indexes are merged (deleted rows stay in
 their segments, and slow every query, until a merge rewrites them) and the freed pages go back
 to the file system (incremental auto-vacuum), each a bounded step per write transaction with
-the same checkpoint and pause after it, never in one VACUUM or 'optimize'. What is SQLite-only
-(checkpoint, merge and vacuum steps, sizes) is in `sqlite`; on PostgreSQL, whose autovacuum
-does this work, merging and reclaiming do nothing.
+the same checkpoint and pause after it, never in one VACUUM or 'optimize'. Meanwhile appends
+merge nothing in the indexes (`merging_held`): the maintenance steps do all the merging, so
+no turn write takes a share of a big merge. What is SQLite-only (checkpoint, merge and vacuum
+steps, sizes) is in `sqlite`; on PostgreSQL, whose autovacuum does this work, merging and
+reclaiming do nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 from sqlalchemy import Connection
@@ -29,10 +31,14 @@ from shared.store.sessions import prune_batch
 Guard = Callable[[Connection], None]
 Sleep = Callable[[float], None]
 BATCH_SESSIONS = 50
-# Deleting a message costs its FTS5 and trigram entries too (and the merges they start): at a
-# million messages a batch of 300 held the write lock up to ~100 ms and wrote ~5,000 WAL pages,
-# 100 up to ~45 ms. bench/maintenance.py measures the stall a turn write sees.
+# Deleting a message costs its FTS5 and trigram entries too, and the merges they start: with
+# the appends' merging running, a batch of 300 held the write lock up to ~100 ms at a million
+# messages. With it held (`merging_held`), a batch of 200 took 8-20 ms, 50 at most with its
+# fold step. bench/maintenance.py measures the stall a turn write sees.
 BATCH_MESSAGES = 200
+# While appends merge nothing (`merging_held`), a prune folds an index's segments once it holds
+# more than this: below crisismerge (64), where an append would merge a whole level.
+FOLD_ABOVE = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +47,11 @@ class Pacing:
 
     batch_sessions: int = BATCH_SESSIONS
     batch_messages: int = BATCH_MESSAGES
-    step_pages: int = 256  # free pages given back per write transaction
-    merge_pages: int = 200  # FTS5 index pages written per merge step
+    # Free pages given back per write transaction: 512 took 10-30 ms (at most ~120) at a
+    # million messages, 30-45 MB/s with the pauses; 1024 gained little and stalled more.
+    step_pages: int = 512
+    # FTS5 index pages written per merge step: 100 took 25-60 ms at a million messages.
+    merge_pages: int = 100
     pause_s: float = 0.02  # after each batch or step, so queued turn writes go first
 
 
@@ -86,10 +95,12 @@ def prune_in_batches(
     sleep: Sleep,
     guard: Guard | None = None,
     progress: Callable[[int, int], None] | None = None,
+    fold: bool = False,
 ) -> tuple[int, int]:
     """Delete every prunable session, a short batch at a time: (sessions, messages) deleted.
 
-    `progress` hears each batch's (sessions, messages).
+    `progress` hears each batch's (sessions, messages). `fold` (inside `merging_held`): a
+    batch ends with one merge step on each index holding more than FOLD_ABOVE segments.
     """
     sessions = messages = 0
     while True:
@@ -103,6 +114,8 @@ def prune_in_batches(
                 limit=pacing.batch_sessions,
                 max_messages=pacing.batch_messages,
             )
+            if fold and is_sqlite_file(store):
+                _fold(conn, pacing.merge_pages)
         sessions += gone
         messages += taken
         if gone == 0 and taken == 0:
@@ -169,6 +182,34 @@ def segment_counts(store: Store) -> dict[str, int]:
         return {table: sqlite.fts_segments(conn, table) for table in sqlite.FTS_INDEXES}
 
 
+@contextmanager
+def merging_held(store: Store, guard: Guard | None = None) -> Iterator[None]:
+    """For the body, appends merge nothing in the FTS5 indexes: maintenance does the merging,
+    in its own bounded steps (`sqlite.fts_hold_automerge`). Nothing on PostgreSQL."""
+    if not is_sqlite_file(store):
+        yield
+        return
+    with store.write() as conn:
+        if guard is not None:
+            guard(conn)
+        for table in sqlite.FTS_INDEXES:
+            sqlite.fts_hold_automerge(conn, table, True)
+    try:
+        yield
+    finally:
+        with store.write() as conn:
+            for table in sqlite.FTS_INDEXES:
+                sqlite.fts_hold_automerge(conn, table, False)
+
+
+def _fold(conn: Connection, pages: int) -> None:
+    """A merge step on each index holding more than FOLD_ABOVE segments: while appends merge
+    nothing, this keeps their segments (and a prune's) from piling up."""
+    for table in sqlite.FTS_INDEXES:
+        if sqlite.fts_segments(conn, table) > FOLD_ABOVE:
+            sqlite.fts_merge_step(conn, pages, table)
+
+
 def merge_indexes(
     store: Store,
     *,
@@ -177,50 +218,77 @@ def merge_indexes(
     full: bool,
     above: int = 1,
     guard: Guard | None = None,
+    hold: bool = True,
 ) -> Merged:
     """Merge the FTS5 segments of each index holding more than `above`, a bounded step per
     write transaction, until a step runs out of work.
 
-    `full` (after deletes) merges every segment into one, which drops the deleted rows; else
-    only levels with two or more segments are merged (traffic's small segments fold together;
-    the big one is rewritten only when they reach its level). Segments that appends add
-    meanwhile are taken along when they are. Nothing to do on PostgreSQL.
+    `full` (after deletes) merges every segment into one, which drops the deleted rows: one
+    rewrite of the index. Else only levels with two or more segments are merged: small
+    segments fold together, and the big one is rewritten only when they reach its level.
+    Appends merge nothing meanwhile (`merging_held`; `hold=False` when the caller holds it);
+    the segments they add are folded in along the way. Nothing to do on PostgreSQL.
     """
     if not is_sqlite_file(store):
         return Merged()
     began = time.perf_counter()
     before = segment_counts(store)
+    busy = [table for table, count in before.items() if count > above]
     steps = 0
-    for table, count in before.items():
-        if count > above:
-            steps += _merge_index(store, table, pacing=pacing, sleep=sleep, full=full, guard=guard)
+    if busy:
+        with merging_held(store, guard) if hold else nullcontext():
+            steps = _merge_steps(store, busy, pacing=pacing, sleep=sleep, full=full, guard=guard)
     after = segment_counts(store) if steps else before
     return Merged(
         sum(before.values()), sum(after.values()), steps, round(time.perf_counter() - began, 3)
     )
 
 
-def _merge_index(
-    store: Store, table: str, *, pacing: Pacing, sleep: Sleep, full: bool, guard: Guard | None
+def _merge_steps(
+    store: Store,
+    tables: list[str],
+    *,
+    pacing: Pacing,
+    sleep: Sleep,
+    full: bool,
+    guard: Guard | None,
 ) -> int:
-    """Merge steps on one index until one changes fewer rows than its page budget (it ran out
-    of work); at most enough steps to rewrite the whole file twice, whatever appends add."""
+    """A step on each index in turn (so none piles up appends' segments while another is
+    merged) until each has had a step that changed fewer rows than its page budget (it ran
+    out of work); at most enough steps to rewrite the whole file twice, whatever appends add
+    meanwhile. Returns the steps taken."""
     assert store.path is not None
     limit = 2 * (store.path.stat().st_size // sqlite.PAGE_SIZE // pacing.merge_pages + 1)
+    started: set[str] = set()
     steps = 0
-    while steps < limit:
-        with store.write() as conn:
-            if guard is not None:
-                guard(conn)
-            changed = sqlite.fts_merge_step(
-                conn, pacing.merge_pages, table, start=full and steps == 0
+    while tables and steps < limit * len(tables):
+        for table in list(tables):
+            changed = _merge_step(
+                store,
+                table,
+                pacing=pacing,
+                sleep=sleep,
+                start=full and table not in started,
+                guard=guard,
             )
-        steps += 1
-        checkpoint(store)
-        sleep(pacing.pause_s)
-        if changed < pacing.merge_pages:
-            break
+            started.add(table)
+            steps += 1
+            if changed < pacing.merge_pages:
+                tables.remove(table)
     return steps
+
+
+def _merge_step(
+    store: Store, table: str, *, pacing: Pacing, sleep: Sleep, start: bool, guard: Guard | None
+) -> int:
+    """One merge step in its own write transaction, then the checkpoint and the pause."""
+    with store.write() as conn:
+        if guard is not None:
+            guard(conn)
+        changed = sqlite.fts_merge_step(conn, pacing.merge_pages, table, start=start)
+    checkpoint(store)
+    sleep(pacing.pause_s)
+    return changed
 
 
 def reclaim_space(

@@ -170,13 +170,15 @@ END""",
 # FTS5 merges segments as part of ordinary inserts. With automerge on, every 64 leaf pages
 # written (about 64 appends) do at most 64 x levels pages of merge work, and a big merge
 # proceeds in such steps across many appends: bounded (the largest steps take 20-45 ms at 1M
-# messages; bench/store.py) and it keeps the index near 30-70 segments, which queries do not
-# notice. Automerge off is worse without a maintenance runner: segments then
+# messages; bench/store.py) and it keeps the index near 15-70 segments. Queries read every
+# one (at 200k messages, 66 segments against 1: rare words 2.4 vs 1.5 ms p50, phrases 5.9 vs
+# 1.7), so maintenance merges further (`fts_merge_step`, the index sweep).
+# Automerge off is worse without a maintenance runner: segments then
 # pile up until 'crisismerge' merges a whole level inside one append, each level 64 times
 # bigger than the last (seconds at 1M). With automerge at 4 a crisis merge never comes.
-# `fts_merge_step` lets maintenance merge further, bounded, outside the turn path.
+FTS_AUTOMERGE = 4
 FTS_TUNING = [
-    "INSERT INTO messages_fts(messages_fts, rank) VALUES ('automerge', 4)",
+    f"INSERT INTO messages_fts(messages_fts, rank) VALUES ('automerge', {FTS_AUTOMERGE})",
     "INSERT INTO messages_fts(messages_fts, rank) VALUES ('crisismerge', 64)",
 ]
 
@@ -282,21 +284,37 @@ def fts_segments(conn: Any, table: str = "messages_fts") -> int:
 USERMERGE = 2
 
 
+def fts_hold_automerge(conn: Any, table: str, held: bool) -> None:
+    """Stop (`held`) or restart the merging that appends do, around a maintenance merge.
+
+    While a merge is under way, every append's automerge share (64 pages x levels, every 64
+    leaf pages written) goes to it, because FTS5 carries on an unfinished merge first: with
+    a big segment in that merge, the turn write doing the share held the write lock 100-250
+    ms at a million messages. Held, appends only merge when 64 segments pile up on the lowest
+    level (crisismerge, a few one-page segments); the maintenance steps fold those small
+    levels as they go, since FTS5 takes a level with as many segments as the merge under way
+    before that merge. Sets `usermerge` too. A merge that dies holding it leaves automerge at
+    0; the next maintenance merge ends by setting it back (the index sweep runs one as soon
+    as the segments that appends then leave pass its threshold).
+    """
+    name = _index_name(table)
+    settings = {"automerge": 0 if held else FTS_AUTOMERGE, "usermerge": USERMERGE}
+    current = dict(conn.exec_driver_sql(f"SELECT k, v FROM {name}_config").all())
+    for key, value in settings.items():
+        if current.get(key) != value:
+            conn.exec_driver_sql(f"INSERT INTO {name}({name}, rank) VALUES (?, ?)", (key, value))
+
+
 def fts_merge_step(
     conn: Any, pages: int = 200, table: str = "messages_fts", *, start: bool = False
 ) -> int:
     """One bounded step of FTS5 segment merging, for maintenance (never inside an append):
     about `pages` leaf pages written. `start` begins a merge of every segment into one (a
-    negative budget: FTS5 puts them all on one level, so rows deleted since they were written
-    are dropped for good); the steps after it carry that merge on. Returns the rows the step
-    changed: fewer than `pages` means it ran out of work (a step that writes its whole budget
-    changes several rows per page)."""
+    negative budget: FTS5 puts them all on one level, and merging into the oldest segment
+    drops the rows deleted since they were written); the steps after it carry that merge on.
+    Returns the rows the step changed: fewer than `pages` means it ran out of work (a step
+    that writes its whole budget changes several rows per page)."""
     name = _index_name(table)
-    usermerge = conn.exec_driver_sql(f"SELECT v FROM {name}_config WHERE k = 'usermerge'").scalar()
-    if usermerge != USERMERGE:
-        conn.exec_driver_sql(
-            f"INSERT INTO {name}({name}, rank) VALUES ('usermerge', ?)", (USERMERGE,)
-        )
     driver = conn.connection.driver_connection
     before = driver.total_changes
     budget = -abs(int(pages)) if start else abs(int(pages))

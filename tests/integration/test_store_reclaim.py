@@ -122,6 +122,16 @@ def _matches(store: Store, query: str) -> list[int]:
         return list(rows)
 
 
+def _automerge(store: Store) -> dict[str, int]:
+    with store.read() as conn:
+        return {
+            table: conn.execute(
+                text(f"SELECT v FROM {table}_config WHERE k = 'automerge'")
+            ).scalar_one()
+            for table in store_sqlite.FTS_INDEXES
+        }
+
+
 def test_a_full_merge_goes_in_guarded_steps_and_leaves_one_segment(store: Store) -> None:
     fill_in_segments(store, sessions=40, started=NOW - 200 * DAY, ended=NOW - 100 * DAY, prefix="a")
     fill_in_segments(store, sessions=5, started=NOW - DAY, ended=None, prefix="b")
@@ -143,7 +153,9 @@ def test_a_full_merge_goes_in_guarded_steps_and_leaves_one_segment(store: Store)
     assert fts_segment_counts(store) == {"messages_fts": 1, "messages_cjk": 1}
     assert (merged.segments_before, merged.segments_after) == (sum(before.values()), 2)
     assert merged.steps > 2  # in bounded steps, each in its own guarded write
-    assert guarded == [True] * merged.steps and paused == [0.25] * merged.steps
+    # Each step is its own guarded write, and so is holding back the appends' merging.
+    assert guarded == [True] * (merged.steps + 1) and paused == [0.25] * merged.steps
+    assert _automerge(store) == {"messages_fts": 4, "messages_cjk": 4}  # appends merge again
     assert _matches(store, "deploy") == expected and len(expected) == 20
     with store.read() as conn:
         fts_integrity_check(conn)
@@ -167,6 +179,7 @@ def test_a_failing_guard_stops_the_merge_and_the_index_stays_whole(store: Store)
             guard=guard,
         )
     assert len(_matches(store, "deploy")) == 160
+    assert _automerge(store)["messages_fts"] == 4
     with store.read() as conn:
         fts_integrity_check(conn)
 
@@ -187,3 +200,25 @@ def test_a_traffic_merge_folds_small_segments_and_skips_merged_indexes(store: St
         store, pacing=reclaim_store.Pacing(), sleep=lambda _s: None, full=False, above=16
     )
     assert again.steps == 0 and fts_segment_counts(store) == after
+
+
+def test_while_merging_is_held_a_prune_folds_what_piles_up(store: Store) -> None:
+    fill_in_segments(store, sessions=20, started=NOW - 200 * DAY, ended=NOW - 100 * DAY, prefix="a")
+    with reclaim_store.merging_held(store):
+        assert _automerge(store) == {"messages_fts": 0, "messages_cjk": 0}
+        # Every append leaves its segment (below 64 on a level, where crisismerge comes in).
+        fill_in_segments(store, sessions=10, started=NOW - DAY, ended=None, prefix="b")
+        assert min(fts_segment_counts(store).values()) > reclaim_store.FOLD_ABOVE
+        done = reclaim_store.prune_in_batches(
+            store,
+            ended_before=NOW - 90 * DAY,
+            pacing=reclaim_store.Pacing(batch_sessions=4),
+            sleep=lambda _s: None,
+            fold=True,
+        )
+        assert done == (20, 80)
+        assert max(fts_segment_counts(store).values()) <= reclaim_store.FOLD_ABOVE
+    assert _automerge(store) == {"messages_fts": 4, "messages_cjk": 4}
+    assert len(_matches(store, "deploy")) == 40
+    with store.read() as conn:
+        fts_integrity_check(conn)

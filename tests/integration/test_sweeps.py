@@ -259,6 +259,27 @@ def test_index_sweep_merges_what_traffic_piled_up_and_waits_for_a_running_prune(
     assert hits == 62 * 4
 
 
+def test_index_sweep_lets_appends_merge_again_after_a_killed_maintenance_run(
+    hermes_env: dict[str, str], store: Store
+) -> None:
+    from shared.store import sqlite as store_sqlite
+
+    with store.write() as conn:  # what a prune killed mid-merge leaves behind
+        for table in store_sqlite.FTS_INDEXES:
+            store_sqlite.fts_hold_automerge(conn, table, True)
+    fill_in_segments(store, sessions=10, started=T0 - 86400, ended=None, prefix="20260101")
+    rt, _ = make_runtime(_settings(hermes_env), store, clock=Clock(T0))
+    assert index.sweep(rt).reason == "merged"
+    with store.read() as conn:
+        automerge = {
+            table: conn.execute(
+                text(f"SELECT v FROM {table}_config WHERE k = 'automerge'")
+            ).scalar_one()
+            for table in store_sqlite.FTS_INDEXES
+        }
+    assert automerge == {"messages_fts": 4, "messages_cjk": 4}
+
+
 def _job(store: Store, now: float, **kw: str) -> cron.CronJob:
     with store.write() as conn:
         return cron.add_job(conn, schedule="0 9 * * *", prompt="morning summary", now=now, **kw)

@@ -3,7 +3,8 @@
 Every append leaves a small segment; the merging that appends do themselves (automerge) keeps
 the index at tens of segments, and every query reads each one. This sweep folds them together
 in bounded steps (the big segment is rewritten only when the small ones reach its level),
-under the maintenance lease the prune takes, so the two never run at once.
+under the maintenance lease the prune takes, so the two never run at once. It also ends any
+hold on the appends' merging that a killed maintenance run left behind.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from workers.sweeps.prune import LEASE, LEASE_TTL, lease_guard
 
 log = logging.getLogger(__name__)
 
-# Merged, an index has one segment per level at most (about ten at a million messages);
-# traffic takes it to 15-70 between sweeps (bench/maintenance.py prints the counts).
+# Appends leave up to 64 one-page segments on the lowest level (their own merging runs once
+# per 64 pages written) and up to 3 on each level above: 15-70 in all at a million messages.
+# Folded, an index holds one per level at most, a handful.
 MAX_SEGMENTS = 16
 
 

@@ -84,16 +84,17 @@ def _run(rt: Runtime, lease: leases.Lease) -> PruneReport:
     cutoff = rt.clock() - cfg.retention_days * 86400
     pacing = reclaim_store.pacing_for(rt.settings.maintenance)
     guard = lease_guard(rt, lease)
-    sessions, messages = reclaim_store.prune_in_batches(
-        rt.store, ended_before=cutoff, pacing=pacing, sleep=time.sleep, guard=guard
-    )
     merged = reclaimed = None
-    if sessions or messages:
-        merged = reclaim_store.merge_indexes(
-            rt.store, pacing=pacing, sleep=time.sleep, full=True, guard=guard
+    with reclaim_store.merging_held(rt.store, guard):
+        sessions, messages = reclaim_store.prune_in_batches(
+            rt.store, ended_before=cutoff, pacing=pacing, sleep=time.sleep, guard=guard, fold=True
         )
-        if cfg.vacuum_after_prune:
-            reclaimed = reclaim(rt, lease)
+        if sessions or messages:
+            merged = reclaim_store.merge_indexes(
+                rt.store, pacing=pacing, sleep=time.sleep, full=True, guard=guard, hold=False
+            )
+    if merged is not None and cfg.vacuum_after_prune:
+        reclaimed = reclaim(rt, lease)
     with rt.store.write() as conn:
         leases.check_named(conn, lease, rt.clock(), LEASE_TTL)
         meta.set_meta(conn, LAST_RUN, repr(rt.clock()))
