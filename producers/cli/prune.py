@@ -85,11 +85,16 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
             )
         click.echo(f"Deleted {plural(deleted, 'session')} ({plural(messages, 'message')}).")
         if deleted or messages:
-            _merge(store, paced)
-    if not app.settings.sessions.vacuum_after_prune:
-        return
+            _merge(store, paced, full=True)
+    if app.settings.sessions.vacuum_after_prune and deleted:
+        _reclaim(store, paced)
+    if deleted or messages:  # fold what appends left meanwhile
+        _merge(store, paced, full=False)
+
+
+def _reclaim(store: Store, pacing: reclaim_store.Pacing) -> None:
     try:
-        sizes = reclaim(store, paced, warn=_warn, sleep=time.sleep) if deleted else None
+        sizes = reclaim(store, pacing, warn=_warn, sleep=time.sleep)
     except ReclaimError as error:
         click.echo(f"Could not reclaim space now ({error}); the freed pages will be reused.")
         return
@@ -101,16 +106,17 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
         )
 
 
-def _merge(store: Store, pacing: reclaim_store.Pacing) -> None:
-    """Merge the search indexes, which keep deleted rows until then (SQLite only)."""
+def _merge(store: Store, pacing: reclaim_store.Pacing, *, full: bool) -> None:
+    """Merge the search indexes, which keep deleted rows until a full merge (SQLite only);
+    the full one runs with the appends' merging already held."""
     try:
         merged = reclaim_store.merge_indexes(
-            store, pacing=pacing, sleep=time.sleep, full=True, hold=False
+            store, pacing=pacing, sleep=time.sleep, full=full, hold=not full
         )
     except exc.OperationalError as error:
         click.echo(f"Could not merge the search index now ({error.orig}); searches stay slower.")
         return
-    if merged.steps:
+    if full and merged.steps:
         click.echo(
             f"Merged the search index: {plural(merged.segments_before, 'segment')} -> "
             f"{merged.segments_after}."

@@ -259,10 +259,11 @@ def _merge_steps(
     meanwhile. Returns the steps taken."""
     assert store.path is not None
     limit = 2 * (store.path.stat().st_size // sqlite.PAGE_SIZE // pacing.merge_pages + 1)
+    pending = list(tables)
     started: set[str] = set()
     steps = 0
-    while tables and steps < limit * len(tables):
-        for table in list(tables):
+    while pending and steps < limit * len(tables):
+        for table in list(pending):
             changed = _merge_step(
                 store,
                 table,
@@ -274,7 +275,7 @@ def _merge_steps(
             started.add(table)
             steps += 1
             if changed < pacing.merge_pages:
-                tables.remove(table)
+                pending.remove(table)
     return steps
 
 

@@ -287,15 +287,15 @@ USERMERGE = 2
 def fts_hold_automerge(conn: Any, table: str, held: bool) -> None:
     """Stop (`held`) or restart the merging that appends do, around a maintenance merge.
 
-    While a merge is under way, every append's automerge share (64 pages x levels, every 64
-    leaf pages written) goes to it, because FTS5 carries on an unfinished merge first: with
-    a big segment in that merge, the turn write doing the share held the write lock 100-250
-    ms at a million messages. Held, appends only merge when 64 segments pile up on the lowest
-    level (crisismerge, a few one-page segments); the maintenance steps fold those small
-    levels as they go, since FTS5 takes a level with as many segments as the merge under way
-    before that merge. Sets `usermerge` too. A merge that dies holding it leaves automerge at
-    0; the next maintenance merge ends by setting it back (the index sweep runs one as soon
-    as the segments that appends then leave pass its threshold).
+    Appends merge as they write: every 64 leaf pages written, one of them does up to 64 x
+    levels pages of merging, and FTS5 carries on an unfinished merge first. With a big
+    segment in a maintenance merge under way, that append held the write lock 100-250 ms at
+    a million messages. Held, appends only merge once 64 segments pile up on the lowest
+    level (crisismerge; one-page segments, cheap); the maintenance steps fold the small
+    levels as they go, since FTS5 merges a lower level holding more segments than the merge
+    under way has inputs before that merge. Sets `usermerge` too. A run that dies holding it
+    leaves automerge at 0; the next maintenance merge ends by setting it back (the index
+    sweep runs one as soon as the segments that appends then leave pass its threshold).
     """
     name = _index_name(table)
     settings = {"automerge": 0 if held else FTS_AUTOMERGE, "usermerge": USERMERGE}

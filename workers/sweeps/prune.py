@@ -95,6 +95,10 @@ def _run(rt: Runtime, lease: leases.Lease) -> PruneReport:
             )
     if merged is not None and cfg.vacuum_after_prune:
         reclaimed = reclaim(rt, lease)
+    if merged is not None:  # fold what appends left meanwhile: searches see a handful
+        reclaim_store.merge_indexes(
+            rt.store, pacing=pacing, sleep=time.sleep, full=False, guard=guard
+        )
     with rt.store.write() as conn:
         leases.check_named(conn, lease, rt.clock(), LEASE_TTL)
         meta.set_meta(conn, LAST_RUN, repr(rt.clock()))
