@@ -15,6 +15,9 @@ turn writers (`--writers` processes, each appending one message per `--interval-
 - plain: what a store without that does: one DELETE of the same sessions, then 'optimize' of
   both FTS5 indexes and `VACUUM`, on its own sqlite3 connection (busy timeout as ours).
 
+Between them, a control run: the same writers on the pruned copy with no maintenance (as long
+as ours took, at most `--control-seconds`), for the stalls the machine itself gives them.
+
 For each: the longest single write (the stall a user's turn would see; ours also per phase),
 p99, writes that failed, how long each part took, the bytes given back to the file system
 (ours: MB/s, and the share of the pages free after prune and merge that went back), segments
@@ -56,6 +59,8 @@ TARGETS = {"ours_max_stall_ms": 250.0, "ours_failed_writes": 0, "ours_returned_s
 FULL = (20_000, 1_000_000)
 QUICK = (1_000, 50_000)
 RETENTION_DAYS = 90
+# What the control run reports: the stalls this machine gives the writers with no maintenance.
+CONTROL_KEYS = ("seconds", "writes", "max_stall_ms", "p99_write_ms", "writes_over_250ms")
 
 
 # --- the store ------------------------------------------------------------------------------
@@ -191,6 +196,7 @@ def summarise(
         "max_stall_ms": ms(max(waits, default=0.0)),
         "p99_write_ms": ms(pct(waits, 0.99)),
         "p50_write_ms": ms(pct(waits, 0.5)),
+        "writes_over_250ms": sum(wait > 0.25 for wait in waits),
         "baseline_max_ms": ms(max((s[1] for s in before), default=0.0)),
         "errors": sorted({s[2] for s in failed if s[2]})[:3],
     }
@@ -311,6 +317,12 @@ def run_plain(path: Path, cutoff: float) -> dict[str, Any]:
     return {"sessions": gone, **{k: round(v, 2) for k, v in took.items()}}
 
 
+def idle(seconds: float) -> dict[str, Any]:
+    """No maintenance at all, for the control run."""
+    time.sleep(seconds)
+    return {}
+
+
 def measure(
     label: str, path: Path, ids: list[str], args: argparse.Namespace, action: Any
 ) -> dict[str, Any]:
@@ -385,6 +397,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pause-ms", type=float, help="maintenance.vacuum_pause_ms")
     parser.add_argument("--queries", type=int, default=100, help="search queries per class")
     parser.add_argument("--no-search", action="store_true", help="skip the search timings")
+    parser.add_argument(
+        "--control-seconds",
+        type=float,
+        default=120.0,
+        help="at most this long, the writers alone (the machine's own stalls)",
+    )
     args = parser.parse_args(argv)
     default_sessions, default_messages = QUICK if args.quick else FULL
     args.sessions = args.sessions or default_sessions
@@ -455,6 +473,15 @@ def main(argv: list[str] | None = None) -> int:
             lambda: run_ours(ours_path, home, cutoff, args),
         )
         result.update({f"ours_{k}": v for k, v in ours.items()})
+        quiet = min(ours["seconds"], args.control_seconds)
+        control = measure(
+            "control (the same writers, no maintenance)",
+            ours_path,
+            ids,
+            args,
+            lambda: idle(quiet),
+        )
+        result.update({f"control_{k}": control[k] for k in CONTROL_KEYS})
         if not args.no_plain:
             plain = measure(
                 "plain (one DELETE + optimize + VACUUM)",
@@ -471,8 +498,9 @@ def main(argv: list[str] | None = None) -> int:
                 plain["bytes_returned"] / 1e6 / max(plain["vacuum_seconds"], 1e-9), 1
             )
             say(
-                f"longest write: ours {ours['max_stall_ms']:.0f} ms, plain "
-                f"{plain['max_stall_ms']:.0f} ms ({result['stall_ratio_plain_over_ours']}x); "
+                f"longest write: ours {ours['max_stall_ms']:.0f} ms (no maintenance: "
+                f"{control['max_stall_ms']:.0f} ms), plain {plain['max_stall_ms']:.0f} ms "
+                f"({result['stall_ratio_plain_over_ours']}x); "
                 f"failed writes {ours['failed_writes']} vs {plain['failed_writes']}; reclaim "
                 f"{ours['reclaim_mb_per_s']} MB/s ({ours['returned_share']:.0%} of the freed "
                 f"pages), VACUUM {result['plain_vacuum_mb_per_s']} MB/s"

@@ -277,8 +277,8 @@ class MaintenanceSettings(_Section):
     prune_seconds: float = Field(default=3600, gt=0)
     cron_seconds: float = Field(default=15, gt=0, le=60)
     index_merge_seconds: float = Field(default=600, gt=0)
-    vacuum_step_pages: int = Field(default=512, ge=16)
-    index_merge_pages: int = Field(default=100, ge=16)
+    vacuum_step_pages: int = Field(default=256, ge=16)
+    index_merge_pages: int = Field(default=64, ge=16)
     vacuum_pause_ms: float = Field(default=20, ge=0)
 
 

@@ -33,9 +33,10 @@ Sleep = Callable[[float], None]
 BATCH_SESSIONS = 50
 # Deleting a message costs its FTS5 and trigram entries too, and the merges they start: with
 # the appends' merging running, a batch of 300 held the write lock up to ~100 ms at a million
-# messages. With it held (`merging_held`), a batch of 200 took 8-20 ms, 50 at most with its
-# fold step. bench/maintenance.py measures the stall a turn write sees.
-BATCH_MESSAGES = 200
+# messages. With it held (`merging_held`), a batch of 200 took 8-20 ms (50 at most) on a quiet
+# machine, several times that on a loaded one. bench/maintenance.py measures the stall a turn
+# write sees.
+BATCH_MESSAGES = 100
 # While appends merge nothing (`merging_held`), a prune folds an index's segments once it holds
 # more than this: below crisismerge (64), where an append would merge a whole level.
 FOLD_ABOVE = 32
@@ -47,11 +48,13 @@ class Pacing:
 
     batch_sessions: int = BATCH_SESSIONS
     batch_messages: int = BATCH_MESSAGES
-    # Free pages given back per write transaction: 512 took 10-30 ms (at most ~120) at a
-    # million messages, 30-45 MB/s with the pauses; 1024 gained little and stalled more.
-    step_pages: int = 512
-    # FTS5 index pages written per merge step: 100 took 25-60 ms at a million messages.
-    merge_pages: int = 100
+    # Free pages given back per write transaction. At a million messages (bench/maintenance.py,
+    # two writers, the 2-core machine shared and loaded): 256 gave writes a p99 of 49 ms and
+    # 16-25 MB/s; 512, p99 85-113 ms and 23-43 MB/s; 1024 stalled writes up to 485 ms.
+    step_pages: int = 256
+    # FTS5 index pages written per merge step: 100 took 25-60 ms at a million messages
+    # (commit not counted), more under load; 64 (with 256 above) gave that p99 of 49 ms.
+    merge_pages: int = 64
     pause_s: float = 0.02  # after each batch or step, so queued turn writes go first
 
 
@@ -99,8 +102,8 @@ def prune_in_batches(
 ) -> tuple[int, int]:
     """Delete every prunable session, a short batch at a time: (sessions, messages) deleted.
 
-    `progress` hears each batch's (sessions, messages). `fold` (inside `merging_held`): a
-    batch ends with one merge step on each index holding more than FOLD_ABOVE segments.
+    `progress` hears each batch's (sessions, messages). `fold` (inside `merging_held`): after
+    a batch, an index holding more than FOLD_ABOVE segments gets a merge step.
     """
     sessions = messages = 0
     while True:
@@ -114,8 +117,6 @@ def prune_in_batches(
                 limit=pacing.batch_sessions,
                 max_messages=pacing.batch_messages,
             )
-            if fold and is_sqlite_file(store):
-                _fold(conn, pacing.merge_pages)
         sessions += gone
         messages += taken
         if gone == 0 and taken == 0:
@@ -124,6 +125,8 @@ def prune_in_batches(
             progress(gone, taken)
         checkpoint(store)
         sleep(pacing.pause_s)
+        if fold:
+            _fold(store, pacing=pacing, sleep=sleep, guard=guard)
 
 
 @contextmanager
@@ -202,12 +205,12 @@ def merging_held(store: Store, guard: Guard | None = None) -> Iterator[None]:
                 sqlite.fts_hold_automerge(conn, table, False)
 
 
-def _fold(conn: Connection, pages: int) -> None:
-    """A merge step on each index holding more than FOLD_ABOVE segments: while appends merge
-    nothing, this keeps their segments (and a prune's) from piling up."""
-    for table in sqlite.FTS_INDEXES:
-        if sqlite.fts_segments(conn, table) > FOLD_ABOVE:
-            sqlite.fts_merge_step(conn, pages, table)
+def _fold(store: Store, *, pacing: Pacing, sleep: Sleep, guard: Guard | None) -> None:
+    """A merge step (its own write) on each index holding more than FOLD_ABOVE segments:
+    while appends merge nothing, this keeps their segments (and a prune's) from piling up."""
+    for table, count in segment_counts(store).items():
+        if count > FOLD_ABOVE:
+            _merge_step(store, table, pacing=pacing, sleep=sleep, start=False, guard=guard)
 
 
 def merge_indexes(
