@@ -15,8 +15,8 @@ turn writers (`--writers` processes, each appending one message per `--interval-
 - plain: what a store without that does: one DELETE of the same sessions, then 'optimize' of
   both FTS5 indexes and `VACUUM`, on its own sqlite3 connection (busy timeout as ours).
 
-Between them, a control run: the same writers on the pruned copy with no maintenance (as long
-as ours took, at most `--control-seconds`), for the stalls the machine itself gives them.
+Between them, a control run: the same writers on another copy with no maintenance (as long as
+ours took, at most `--control-seconds`), for the stalls the machine itself gives them.
 
 For each: the longest single write (the stall a user's turn would see; ours also per phase),
 p99, writes that failed, how long each part took, the bytes given back to the file system
@@ -445,7 +445,11 @@ def main(argv: list[str] | None = None) -> int:
             build(origin, args.sessions, args.messages, args.seed, workers=1)
         size = checkpoint(origin)
         ours_path, plain_path = workdir / "state.db", workdir / "plain.db"
-        for stale in [*workdir.glob("state.db*"), *workdir.glob("plain.db*")]:
+        for stale in [
+            *workdir.glob("state.db*"),
+            *workdir.glob("plain.db*"),
+            *workdir.glob("control.db*"),
+        ]:
             stale.unlink()
         copy_settled(origin, ours_path)
         cutoff, n_sessions, n_messages, total = cutoff_for_share(ours_path, args.share)
@@ -473,14 +477,18 @@ def main(argv: list[str] | None = None) -> int:
             lambda: run_ours(ours_path, home, cutoff, args),
         )
         result.update({f"ours_{k}": v for k, v in ours.items()})
+        control_path = workdir / "control.db"
+        copy_settled(origin, control_path)
         quiet = min(ours["seconds"], args.control_seconds)
         control = measure(
             "control (the same writers, no maintenance)",
-            ours_path,
+            control_path,
             ids,
             args,
             lambda: idle(quiet),
         )
+        for leftover in workdir.glob("control.db*"):
+            leftover.unlink()
         result.update({f"control_{k}": control[k] for k in CONTROL_KEYS})
         if not args.no_plain:
             plain = measure(
