@@ -20,6 +20,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from shared.pricing import ModelPrice
+
 ENV_PREFIX = "HERMES_"
 NESTED = "__"
 
@@ -52,6 +54,7 @@ _BLANK_IS_UNSET = frozenset(
         "webhook_url",
         "api_key",
         "basic_auth",
+        "metrics_port",
     }
 )
 
@@ -134,6 +137,9 @@ class WorkerSettings(_Section):
     processes: int = Field(default=2, ge=1)
     # Turns wait on the model, so a worker process runs many at once in threads.
     concurrency: int = Field(default=128, ge=1)
+    # Prometheus /metrics of each worker process (`hermes up` gives worker N the port + N - 1).
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_host: str = "127.0.0.1"
 
 
 def _http_url(value: str | None) -> str | None:
@@ -309,6 +315,8 @@ class Settings(BaseSettings):
     transcription: TranscriptionSettings = TranscriptionSettings()
     agent: AgentSettings = AgentSettings()
     flower: FlowerSettings = FlowerSettings()
+    # Dollars per million tokens per model name, over shared.pricing.DEFAULT_PRICES.
+    pricing: dict[str, ModelPrice] = Field(default_factory=dict)
 
     @field_validator("home", mode="after")
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     Float,
     ForeignKey,
@@ -13,6 +14,8 @@ from sqlalchemy import (
     Text,
     text,
 )
+
+from shared.usage import LATENCY_BUCKETS
 
 metadata = MetaData()
 
@@ -243,4 +246,91 @@ cron_runs = Table(
     Column("turn_id", Integer),
     Column("manual", Integer, nullable=False, server_default=text("0")),
     Column("created_at", Float, nullable=False),
+)
+
+# --- the usage ledger (revision 0008) ---
+
+Tokens = BigInteger
+# An id column that is SQLite's rowid there and a BIGINT elsewhere.
+BigId = BigInteger().with_variant(Integer, "sqlite")
+LATENCY_COLUMNS = tuple(f"lat_{n:02d}" for n in range(LATENCY_BUCKETS))
+HOUR_COLUMNS = tuple(f"h{n:02d}" for n in range(24))
+
+# One row per model call. Plain text session ids (no foreign key): the ledger outlives the
+# sessions it paid for, so pruning a session leaves its spending in place.
+usage_ledger = Table(
+    "usage_ledger",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("session_id", Text),
+    Column("turn_id", BigInteger),
+    Column("platform", Text, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("input_tokens", Tokens, nullable=False),
+    Column("output_tokens", Tokens, nullable=False),
+    Column("cached_tokens", Tokens),
+    Column("reasoning_tokens", Tokens),
+    Column("estimated", Integer, nullable=False, server_default=text("0")),
+    Column("latency_ms", Float, nullable=False),
+    Column("cost", Float),  # dollars; NULL: the model has no price
+    Column("cron_job", Text),
+    Column("tools", Text),  # JSON {"tool": [calls, failures]} for a tool round
+    Index("ix_usage_ledger_at", "at"),
+)
+
+
+def _sums() -> list[Column[int] | Column[float]]:
+    return [
+        Column("calls", BigInteger, nullable=False, server_default=text("0")),
+        Column("input_tokens", Tokens, nullable=False, server_default=text("0")),
+        Column("output_tokens", Tokens, nullable=False, server_default=text("0")),
+        Column("cached_tokens", Tokens, nullable=False, server_default=text("0")),
+        Column("reasoning_tokens", Tokens, nullable=False, server_default=text("0")),
+        Column("estimated_calls", BigInteger, nullable=False, server_default=text("0")),
+        Column("unpriced_calls", BigInteger, nullable=False, server_default=text("0")),
+        Column("cost", Float, nullable=False, server_default=text("0")),
+    ]
+
+
+# Rollups of the ledger, kept in the same writes, so a report reads a few thousand rows a year
+# whatever the traffic. Days are UTC day numbers (shared.usage.day_of).
+usage_daily = Table(
+    "usage_daily",
+    metadata,
+    Column("day", Integer, primary_key=True),
+    Column("platform", Text, primary_key=True),
+    Column("model", Text, primary_key=True),
+    Column("kind", Text, primary_key=True),
+    *_sums(),
+    Column("latency_ms", Float, nullable=False, server_default=text("0")),
+    # The latency histogram (shared.usage.latency_bucket) and the calls per UTC hour of day.
+    *(
+        Column(name, BigInteger, nullable=False, server_default=text("0"))
+        for name in LATENCY_COLUMNS
+    ),
+    *(Column(name, BigInteger, nullable=False, server_default=text("0")) for name in HOUR_COLUMNS),
+)
+
+usage_sessions = Table(
+    "usage_sessions",
+    metadata,
+    Column("day", Integer, primary_key=True),
+    Column("session_id", Text, primary_key=True),
+    Column("platform", Text, primary_key=True),
+    Column("model", Text, primary_key=True),
+    *_sums(),
+    Column("cron_job", Text),
+)
+
+usage_tools = Table(
+    "usage_tools",
+    metadata,
+    Column("day", Integer, primary_key=True),
+    Column("platform", Text, primary_key=True),
+    Column("model", Text, primary_key=True),
+    Column("tool", Text, primary_key=True),
+    Column("calls", BigInteger, nullable=False, server_default=text("0")),
+    Column("failures", BigInteger, nullable=False, server_default=text("0")),
 )

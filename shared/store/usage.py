@@ -1,0 +1,176 @@
+"""The usage ledger and its rollups: every model call's row, written in its caller's transaction.
+
+`record` inserts one ledger row per call and adds the calls to three rollups in the same
+transaction: per UTC day × platform × model × kind (tokens, cost, a latency histogram, calls
+per hour of day), per day × session, and per day × tool. Reports read the rollups, so they cost
+the same at any volume; the ledger keeps each call as the endpoint reported it.
+
+Session ids are plain text: pruning sessions keeps their spending. Rollup rows are upserted
+in one order (table, then key), so concurrent writers on PostgreSQL queue instead of
+deadlocking.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Table, insert
+from sqlalchemy.dialects import postgresql, sqlite
+
+from shared.pricing import Pricing
+from shared.store.errors import StoreError
+from shared.store.schema import (
+    HOUR_COLUMNS,
+    LATENCY_COLUMNS,
+    usage_daily,
+    usage_ledger,
+    usage_sessions,
+    usage_tools,
+)
+from shared.usage import ModelCall, day_of, hour_of_day, latency_bucket
+
+SUM_COLUMNS = (
+    "calls",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "estimated_calls",
+    "unpriced_calls",
+    "cost",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Whose calls these are."""
+
+    platform: str
+    session_id: str | None = None
+    turn_id: int | None = None
+    cron_job: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Priced:
+    call: ModelCall
+    cost: float | None
+
+
+def _tools_json(call: ModelCall) -> str | None:
+    if not call.tools:
+        return None
+    counts: dict[str, list[int]] = {}
+    for use in call.tools:
+        pair = counts.setdefault(use.name, [0, 0])
+        pair[0] += 1
+        pair[1] += int(use.failed)
+    return json.dumps(counts, separators=(",", ":"), sort_keys=True)
+
+
+def _ledger_row(where: Where, item: Priced) -> dict[str, Any]:
+    call = item.call
+    return {
+        "at": call.at,
+        "session_id": where.session_id,
+        "turn_id": where.turn_id,
+        "platform": where.platform,
+        "model": call.model,
+        "kind": call.kind,
+        "input_tokens": call.input_tokens,
+        "output_tokens": call.output_tokens,
+        "cached_tokens": call.cached_tokens,
+        "reasoning_tokens": call.reasoning_tokens,
+        "estimated": int(call.estimated),
+        "latency_ms": call.latency_ms,
+        "cost": item.cost,
+        "cron_job": where.cron_job,
+        "tools": _tools_json(call),
+    }
+
+
+def _sums(items: Iterable[Priced]) -> dict[str, Any]:
+    sums: dict[str, Any] = dict.fromkeys(SUM_COLUMNS, 0)
+    sums["cost"] = 0.0
+    for item in items:
+        call = item.call
+        sums["calls"] += 1
+        sums["input_tokens"] += call.input_tokens
+        sums["output_tokens"] += call.output_tokens
+        sums["cached_tokens"] += call.cached_tokens or 0
+        sums["reasoning_tokens"] += call.reasoning_tokens or 0
+        sums["estimated_calls"] += int(call.estimated)
+        sums["unpriced_calls"] += int(item.cost is None)
+        sums["cost"] += item.cost or 0.0
+    return sums
+
+
+def _daily(items: Sequence[Priced]) -> dict[str, Any]:
+    values = _sums(items)
+    values["latency_ms"] = sum(item.call.latency_ms for item in items)
+    values.update(dict.fromkeys(LATENCY_COLUMNS, 0))
+    values.update(dict.fromkeys(HOUR_COLUMNS, 0))
+    for item in items:
+        values[LATENCY_COLUMNS[latency_bucket(item.call.latency_ms)]] += 1
+        values[HOUR_COLUMNS[hour_of_day(item.call.at)]] += 1
+    return values
+
+
+def _upsert(
+    conn: Connection,
+    table: Table,
+    key: dict[str, Any],
+    adds: dict[str, Any],
+    fixed: dict[str, Any] | None = None,
+) -> None:
+    """Insert the row at `key` (with `fixed`), or add `adds` to the one there: one statement."""
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
+        stmt: Any = sqlite.insert(table)
+    elif dialect == "postgresql":
+        stmt = postgresql.insert(table)
+    else:  # pragma: no cover - the store runs on these two
+        raise StoreError(f"the usage ledger has no upsert for {dialect}")
+    stmt = stmt.values({**key, **adds, **(fixed or {})})
+    stmt = stmt.on_conflict_do_update(
+        index_elements=list(key),
+        set_={name: table.c[name] + stmt.excluded[name] for name in adds},
+    )
+    conn.execute(stmt)
+
+
+def record(conn: Connection, calls: Sequence[ModelCall], where: Where, pricing: Pricing) -> None:
+    """Inside the caller's write: the calls' ledger rows and their rollups."""
+    if not calls:
+        return
+    items = [
+        Priced(c, pricing.cost(c.model, c.input_tokens, c.output_tokens, c.cached_tokens))
+        for c in calls
+    ]
+    conn.execute(insert(usage_ledger), [_ledger_row(where, item) for item in items])
+    daily: dict[tuple[int, str, str], list[Priced]] = defaultdict(list)
+    per_session: dict[tuple[int, str], list[Priced]] = defaultdict(list)
+    tools: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for item in items:
+        call, day = item.call, day_of(item.call.at)
+        daily[(day, call.model, call.kind)].append(item)
+        per_session[(day, call.model)].append(item)
+        for use in call.tools:
+            counts = tools[(day, call.model, use.name)]
+            counts[0] += 1
+            counts[1] += int(use.failed)
+    platform = where.platform
+    for (day, model, kind), group in sorted(daily.items()):
+        key = {"day": day, "platform": platform, "model": model, "kind": kind}
+        _upsert(conn, usage_daily, key, _daily(group))
+    if where.session_id is not None:
+        for (day, model), group in sorted(per_session.items()):
+            key = {"day": day, "session_id": where.session_id, "platform": platform, "model": model}
+            _upsert(conn, usage_sessions, key, _sums(group), {"cron_job": where.cron_job})
+    for (day, model, tool), (count, failed) in sorted(tools.items()):
+        key = {"day": day, "platform": platform, "model": model, "tool": tool}
+        _upsert(conn, usage_tools, key, {"calls": count, "failures": failed})
