@@ -26,7 +26,7 @@ from shared.commands import parse_command
 from shared.ids import CLI_HEX, looks_like_session_id
 from shared.model import MessageRecord, SessionRecord
 from shared.platforms import CLI, CRON, GATEWAY_PLATFORMS
-from shared.store import chats, cron, inbox, leases, messages, outbox
+from shared.store import chats, cron, inbox, leases, messages, outbox, usage
 from shared.store import memory as memory_rows
 from shared.store import sessions as session_rows
 from shared.store.errors import TitleInUse
@@ -36,7 +36,7 @@ from shared.store.resume import runs_in_left_session
 from shared.store.schema import routes, sessions
 from shared.titles import TitleError
 from workers import deliver
-from workers.agent import compression, titles
+from workers.agent import compression, metering, titles
 from workers.agent.auxiliary import AuxiliaryUnavailable
 from workers.agent.base import AgentReply, AgentRequest
 from workers.agent.client import Stopped
@@ -448,6 +448,8 @@ def _commit(
                 delivered=in_store,
             )
         _record_side_effects(conn, turn, session_id, reply, now)
+        where = metering.where(turn.platform, session_id, turn.chat_id, turn.id)
+        usage.record(conn, reply.calls, where, rt.pricing)
         if title is not None:
             titles.write_auto_title(conn, session_id, title)
         error = reply.failed[:500] if reply.failed is not None else None

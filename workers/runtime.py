@@ -9,9 +9,11 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from shared.ports import Clock, Waker
+from shared.pricing import Pricing
 from shared.settings import Settings
 from shared.store import Store, open_store
 from workers.agent.base import Agent
@@ -36,6 +38,11 @@ class Runtime:
     @property
     def lease_ttl(self) -> float:
         return self.settings.pipeline.lease_seconds
+
+    @cached_property
+    def pricing(self) -> Pricing:
+        """The price table the usage ledger's costs come from (`pricing:` over the defaults)."""
+        return Pricing(self.settings.pricing)
 
     def holder(self) -> str:
         return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"

@@ -1,7 +1,8 @@
 """A fake OpenAI-compatible server on 127.0.0.1 (starlette on uvicorn, in a thread), scriptable.
 
 Each chat request takes the next scripted step for its model (or the shared script), else the
-default: an echo of the last user text. Steps: a reply (text, tool calls, usage), an HTTP
+default: an echo of the last user text. Steps: a reply (text, tool calls, usage with cached
+and reasoning token details, or no usage at all), an HTTP
 error (429 with Retry-After, 500, ...), or a callable deciding from the request. Requests are
 recorded. `stream: true` requests get SSE chunks (with a usage chunk when asked for);
 models in `no_vision` refuse image input with a 400 like real text-only endpoints; the
@@ -34,13 +35,21 @@ class Step:
     content: str | None = None
     tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
     usage: tuple[int, int] | None = (11, 7)
+    cached: int | None = None  # usage.prompt_tokens_details.cached_tokens
+    reasoning: int | None = None  # usage.completion_tokens_details.reasoning_tokens
     status: int = 200
     error: str = "scripted failure"
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def reply(text: str, usage: tuple[int, int] | None = (11, 7)) -> Step:
-    return Step(content=text, usage=usage)
+def reply(
+    text: str,
+    usage: tuple[int, int] | None = (11, 7),
+    *,
+    cached: int | None = None,
+    reasoning: int | None = None,
+) -> Step:
+    return Step(content=text, usage=usage, cached=cached, reasoning=reasoning)
 
 
 def tool_call(name: str, args: dict[str, Any] | str, usage: tuple[int, int] = (20, 5)) -> Step:
@@ -193,12 +202,7 @@ class FakeOpenAI:
             ],
         }
         if step.usage is not None:
-            prompt, completion = step.usage
-            out["usage"] = {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            }
+            out["usage"] = _usage(step)
         return out
 
     async def _sse(self, step: Step, model: str, include_usage: bool) -> AsyncIterator[bytes]:
@@ -232,12 +236,7 @@ class FakeOpenAI:
                 yield chunk({"tool_calls": [piece]})
         yield chunk({}, "tool_calls" if step.tool_calls else "stop")
         if include_usage and step.usage is not None:
-            prompt, completion = step.usage
-            usage = {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            }
+            usage = _usage(step)
             yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n".encode()
         yield b"data: [DONE]\n\n"
 
@@ -289,6 +288,21 @@ class FakeOpenAI:
             self._thread.join(10)
         if getattr(self, "_socket", None) is not None:
             self._socket.close()
+
+
+def _usage(step: Step) -> dict[str, Any]:
+    assert step.usage is not None
+    prompt, completion = step.usage
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if step.cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": step.cached}
+    if step.reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": step.reasoning}
+    return usage
 
 
 def _error(status: int, message: str, headers: dict[str, str]) -> Response:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from shared.model import MessageRecord
+from shared.usage import IMAGE, SUMMARY, TITLE
 from workers.agent.client import ChatClient
+from workers.agent.metering import Meter, model_call
 
 SUMMARY_CHARS = 60_000  # of transcript given to the summariser (the newest part)
 TITLE_INPUT_CHARS = 2_000
@@ -39,13 +42,15 @@ class AuxiliaryUnavailable(Exception):
 
 
 class Auxiliary(Protocol):
+    """Each job appends the model calls it made to `meter`, when one is given."""
+
     name: str
 
-    def title(self, first_user: str, first_reply: str) -> str: ...
+    def title(self, first_user: str, first_reply: str, meter: Meter | None = None) -> str: ...
 
-    def summarise(self, messages: Sequence[MessageRecord]) -> str: ...
+    def summarise(self, messages: Sequence[MessageRecord], meter: Meter | None = None) -> str: ...
 
-    def describe_image(self, data: bytes, mime_type: str) -> str: ...
+    def describe_image(self, data: bytes, mime_type: str, meter: Meter | None = None) -> str: ...
 
 
 def transcript_for(messages: Sequence[MessageRecord], limit: int = SUMMARY_CHARS) -> str:
@@ -69,34 +74,39 @@ class ModelAuxiliary:
     def close(self) -> None:
         self.client.close()
 
-    def _ask(self, system: str, content: str | list[dict[str, object]]) -> str:
+    def _ask(
+        self, system: str, content: str | list[dict[str, object]], kind: str, meter: Meter | None
+    ) -> str:
+        sent: list[dict[str, Any]] = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": content},
+        ]
         try:
-            reply = self.client.complete(
-                [{"role": "system", "content": system}, {"role": "user", "content": content}],
-                stream=False,
-            )
+            reply = self.client.complete(sent, stream=False)
         except Exception as exc:
             raise AuxiliaryUnavailable(f"{self.name}: {exc}") from exc
+        if meter is not None:
+            meter.append(model_call(reply, kind=kind, model=self.name, at=time.time(), sent=sent))
         text = reply.content.strip()
         if not text:
             raise AuxiliaryUnavailable(f"{self.name} returned nothing")
         return text
 
-    def title(self, first_user: str, first_reply: str) -> str:
+    def title(self, first_user: str, first_reply: str, meter: Meter | None = None) -> str:
         limit = TITLE_INPUT_CHARS
         content = f"User: {first_user[:limit]}\n\nAssistant: {first_reply[:limit]}"
-        return self._ask(TITLE_PROMPT, content)
+        return self._ask(TITLE_PROMPT, content, TITLE, meter)
 
-    def summarise(self, messages: Sequence[MessageRecord]) -> str:
-        return self._ask(SUMMARY_PROMPT, transcript_for(messages))
+    def summarise(self, messages: Sequence[MessageRecord], meter: Meter | None = None) -> str:
+        return self._ask(SUMMARY_PROMPT, transcript_for(messages), SUMMARY, meter)
 
-    def describe_image(self, data: bytes, mime_type: str) -> str:
+    def describe_image(self, data: bytes, mime_type: str, meter: Meter | None = None) -> str:
         url = f"data:{mime_type};base64,{base64.b64encode(data).decode('ascii')}"
         parts: list[dict[str, object]] = [
             {"type": "text", "text": DESCRIBE_PROMPT},
             {"type": "image_url", "image_url": {"url": url}},
         ]
-        return self._ask(DESCRIBE_PROMPT, parts)
+        return self._ask(DESCRIBE_PROMPT, parts, IMAGE, meter)
 
 
 _WORD_RE = re.compile(r"[^\W_][\w'’-]*", re.UNICODE)
@@ -180,14 +190,14 @@ class OfflineAuxiliary:
 
     name = "offline"
 
-    def title(self, first_user: str, first_reply: str) -> str:
-        del first_reply
+    def title(self, first_user: str, first_reply: str, meter: Meter | None = None) -> str:
+        del first_reply, meter
         title = heuristic_title(first_user)
         if title is None:
             raise AuxiliaryUnavailable("nothing to make a title from")
         return title
 
-    def summarise(self, messages: Sequence[MessageRecord]) -> str:
+    def summarise(self, messages: Sequence[MessageRecord], meter: Meter | None = None) -> str:
         said = [
             f"- {m.role}: {' '.join((m.content or '').split())[:160]}"
             for m in messages
@@ -202,5 +212,5 @@ class OfflineAuxiliary:
             kept.insert(0, f"- ({skipped} earlier messages)")
         return "\n".join([head, *kept])
 
-    def describe_image(self, data: bytes, mime_type: str) -> str:
+    def describe_image(self, data: bytes, mime_type: str, meter: Meter | None = None) -> str:
         raise AuxiliaryUnavailable("no model is configured to describe images")

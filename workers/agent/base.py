@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from shared.model import MessageRecord, SessionRecord
 from shared.store.inbox import TurnRow
 from shared.store.memory import MemoryOp
+from shared.usage import ModelCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,9 @@ class AgentReply:
     memory_ops: list[MemoryOp] = field(default_factory=list)
     # The context is near the model's budget: summarise into a continuation after this turn.
     compress: bool = False
+    # Every model call the turn made (replies, tool rounds, image descriptions, transcripts),
+    # for the usage ledger; written with the turn's outcome.
+    calls: list[ModelCall] = field(default_factory=list)
 
 
 class Agent(Protocol):

@@ -58,7 +58,19 @@ class Completion:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None  # of prompt_tokens, when the endpoint says
+    reasoning_tokens: int | None = None  # of completion_tokens, when the endpoint says
     finish_reason: str | None = None
+    latency_ms: float = 0.0  # the successful request's wall time
+
+    def take_usage(self, usage: Any) -> None:
+        """Tokens as an OpenAI-compatible `usage` object reports them (its details optional)."""
+        self.prompt_tokens = getattr(usage, "prompt_tokens", None)
+        self.completion_tokens = getattr(usage, "completion_tokens", None)
+        prompt_details = getattr(usage, "prompt_tokens_details", None)
+        self.cached_tokens = getattr(prompt_details, "cached_tokens", None)
+        completion_details = getattr(usage, "completion_tokens_details", None)
+        self.reasoning_tokens = getattr(completion_details, "reasoning_tokens", None)
 
 
 def _has_images(messages: list[dict[str, Any]]) -> bool:
@@ -157,7 +169,10 @@ class ChatClient:
             if should_stop():
                 raise Stopped
             try:
-                return self._once(messages, tools, should_stop, stream)
+                started = time.perf_counter()
+                completion = self._once(messages, tools, should_stop, stream)
+                completion.latency_ms = (time.perf_counter() - started) * 1000
+                return completion
             except (Stopped, ModelRejected):
                 raise
             except Exception as exc:
@@ -242,8 +257,7 @@ class ChatClient:
                     raise Stopped
                 usage = getattr(chunk, "usage", None)
                 if usage is not None:
-                    result.prompt_tokens = usage.prompt_tokens
-                    result.completion_tokens = usage.completion_tokens
+                    result.take_usage(usage)
                 for choice in chunk.choices or []:
                     if choice.finish_reason:
                         result.finish_reason = choice.finish_reason
@@ -281,8 +295,7 @@ def _whole(response: Any) -> Completion:
     result = Completion()
     usage = getattr(response, "usage", None)
     if usage is not None:
-        result.prompt_tokens = usage.prompt_tokens
-        result.completion_tokens = usage.completion_tokens
+        result.take_usage(usage)
     if not response.choices:
         return result
     choice = response.choices[0]

@@ -10,7 +10,7 @@ the turn points at the continuation — all in the caller's one (fenced) write.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import Connection, update
@@ -18,14 +18,16 @@ from sqlalchemy import Connection, update
 from shared.ids import new_session_id
 from shared.model import SessionRecord
 from shared.platforms import GATEWAY_PLATFORMS
-from shared.store import lineage, messages
+from shared.store import lineage, messages, usage
 from shared.store import sessions as session_rows
 from shared.store.resume import COMPRESSION
 from shared.store.schema import routes
 from shared.titles import TitleSource
+from shared.usage import ModelCall
 from workers.agent.auxiliary import Auxiliary, AuxiliaryUnavailable, OfflineAuxiliary
 from workers.agent.client import Stopped
 from workers.agent.context import estimate_tokens
+from workers.agent.metering import Meter, where
 from workers.runtime import Runtime
 
 ID_TRIES = 5
@@ -36,6 +38,7 @@ MIN_MESSAGES = 2
 class Summary:
     text: str
     messages: int  # how many messages it stands for
+    calls: list[ModelCall] = field(default_factory=list)  # the summariser's, for the ledger
 
 
 def auxiliary_of(rt: Runtime) -> Auxiliary:
@@ -66,10 +69,11 @@ def summarise(rt: Runtime, session_id: str, should_stop: Callable[[], bool]) -> 
         return None
     if should_stop():
         raise Stopped
-    text = auxiliary_of(rt).summarise(transcript).strip()
+    calls: Meter = []
+    text = auxiliary_of(rt).summarise(transcript, calls).strip()
     if not text:
         raise AuxiliaryUnavailable("the summary came back empty")
-    return Summary(text, len(transcript))
+    return Summary(text, len(transcript), calls)
 
 
 def continue_session(
@@ -81,8 +85,10 @@ def continue_session(
     session_key: str,
     now: float,
 ) -> SessionRecord | None:
-    """Inside a fenced write: start the continuation and end `old_id`; None if it already ended."""
+    """Inside a fenced write: start the continuation and end `old_id`; None if it already ended.
+    The summariser's calls go to the usage ledger either way (they were paid for)."""
     old = session_rows.require_session(conn, old_id)
+    usage.record(conn, summary.calls, where(old.source, old.id, old.chat_id), rt.pricing)
     if old.ended_at is not None:
         return None
     new_id = free_session_id(conn, rt.now_datetime(), gateway=old.source in GATEWAY_PLATFORMS)

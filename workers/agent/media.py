@@ -17,6 +17,7 @@ import json
 import logging
 import mimetypes
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,7 +26,10 @@ from shared.platforms import CLI
 from shared.settings import Settings
 from shared.store.inbox import TurnRow
 from shared.turns import Attachment
+from shared.usage import TRANSCRIPTION, ModelCall
 from workers.agent.auxiliary import Auxiliary, AuxiliaryUnavailable
+from workers.agent.context import estimate_tokens
+from workers.agent.metering import Meter
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +55,9 @@ class Fetcher(Protocol):
 
 
 class Transcriber(Protocol):
-    def transcribe(self, name: str, data: bytes, mime_type: str) -> str: ...
+    def transcribe(
+        self, name: str, data: bytes, mime_type: str, meter: Meter | None = None
+    ) -> str: ...
 
 
 class LocalFileFetcher:
@@ -183,14 +189,24 @@ class MediaProcessor:
         if closer is not None:
             closer()
 
-    def prepare(self, turn: TurnRow, session_id: str, *, vision: bool) -> Prepared:
+    def prepare(
+        self, turn: TurnRow, session_id: str, *, vision: bool, meter: Meter | None = None
+    ) -> Prepared:
+        """The turn's attachments for the model; descriptions and transcripts go on `meter`."""
         prepared = Prepared()
         for index, attachment in enumerate(attachments_of(turn)):
-            prepared.items.append(self._one(turn, session_id, index, attachment, vision))
+            item = self._one(turn, session_id, index, attachment, vision, meter)
+            prepared.items.append(item)
         return prepared
 
     def _one(
-        self, turn: TurnRow, session_id: str, index: int, attachment: Attachment, vision: bool
+        self,
+        turn: TurnRow,
+        session_id: str,
+        index: int,
+        attachment: Attachment,
+        vision: bool,
+        meter: Meter | None,
     ) -> Item:
         name = attachment.name or Path(attachment.path or attachment.url or "attachment").name
         mime = _mime(attachment, name)
@@ -206,9 +222,10 @@ class MediaProcessor:
         if kind == "image":
             if vision:
                 return Item(name, kind, mime, f"[image: {name}]", image=data)
-            return self.described(Item(name, kind, mime, "", image=data), session_id, index)
+            item = Item(name, kind, mime, "", image=data)
+            return self.described(item, session_id, index, meter)
         if kind == "audio":
-            return self._audio(name, mime, data, session_id, index)
+            return self._audio(name, mime, data, session_id, index, meter)
         if kind == "document":
             text = _text_of(data)
             if text is not None:
@@ -220,12 +237,15 @@ class MediaProcessor:
         )
         return Item(name, "file", mime, note)
 
-    def described(self, item: Item, session_id: str, index: int) -> Item:
+    def described(
+        self, item: Item, session_id: str, index: int, meter: Meter | None = None
+    ) -> Item:
         """An image as text: the auxiliary model's description (or its saved path)."""
         assert item.image is not None
         if self._aux_vision:
             try:
-                description = " ".join(self._aux.describe_image(item.image, item.mime_type).split())
+                said = self._aux.describe_image(item.image, item.mime_type, meter)
+                description = " ".join(said.split())
                 return Item(item.name, "image", item.mime_type, _described(item.name, description))
             except AuxiliaryUnavailable as exc:
                 log.warning("image %s not described: %s", item.name, exc)
@@ -233,10 +253,12 @@ class MediaProcessor:
         note = f"[image: {item.name} saved at {path}; no model here could look at it]"
         return Item(item.name, "image", item.mime_type, note)
 
-    def _audio(self, name: str, mime: str, data: bytes, session_id: str, index: int) -> Item:
+    def _audio(
+        self, name: str, mime: str, data: bytes, session_id: str, index: int, meter: Meter | None
+    ) -> Item:
         if self._transcriber is not None:
             try:
-                text = " ".join(self._transcriber.transcribe(name, data, mime).split())
+                text = " ".join(self._transcriber.transcribe(name, data, mime, meter).split())
                 return Item(name, "audio", mime, f"[audio: {name} — transcript: {text}]")
             except Exception as exc:
                 log.warning("audio %s not transcribed: %s", name, exc)
@@ -281,8 +303,29 @@ class OpenAITranscriber:
     def close(self) -> None:
         self._sdk.close()
 
-    def transcribe(self, name: str, data: bytes, mime_type: str) -> str:
+    def transcribe(self, name: str, data: bytes, mime_type: str, meter: Meter | None = None) -> str:
+        started = time.perf_counter()
         result = self._sdk.audio.transcriptions.create(
             model=self._model, file=(name, data, mime_type)
         )
-        return str(getattr(result, "text", result))
+        text = str(getattr(result, "text", result))
+        if meter is not None:
+            meter.append(self._call(result, text, (time.perf_counter() - started) * 1000))
+        return text
+
+    def _call(self, result: Any, text: str, latency_ms: float) -> ModelCall:
+        """Token-billed models report `usage` {input_tokens, output_tokens}; others (whisper-1,
+        billed by the minute) report none: the transcript's tokens are estimated."""
+        usage = getattr(result, "usage", None)
+        given_in = getattr(usage, "input_tokens", None)
+        given_out = getattr(usage, "output_tokens", None)
+        estimated = given_in is None or given_out is None
+        return ModelCall(
+            kind=TRANSCRIPTION,
+            model=self._model,
+            at=time.time(),
+            input_tokens=int(given_in) if given_in is not None else 0,
+            output_tokens=int(given_out) if given_out is not None else estimate_tokens(text),
+            latency_ms=latency_ms,
+            estimated=estimated,
+        )

@@ -10,6 +10,7 @@ stays unreachable after the retries, or refuses the request, becomes a clear rep
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from shared.ports import Clock
 from shared.settings import Settings
 from shared.store import Store
 from shared.store import memory as memory_rows
+from shared.usage import REPLY, TOOL_ROUND, ModelCall, ToolUse
 from workers.agent.auxiliary import Auxiliary
 from workers.agent.base import AgentReply, AgentRequest, NewMessage
 from workers.agent.client import (
@@ -38,6 +40,7 @@ from workers.agent.context import (
     reserve_for_reply,
 )
 from workers.agent.media import MediaProcessor, Prepared
+from workers.agent.metering import Meter, model_call
 from workers.agent.prompt import base_prompt, system_prompt
 from workers.agent.tools.registry import ToolContext, ToolRegistry
 
@@ -68,16 +71,10 @@ class _Usage:
     last_prompt: int = 0
     last_completion: int = 0
 
-    def add(self, completion: Completion, sent: list[dict[str, Any]]) -> None:
-        prompt = completion.prompt_tokens
-        if prompt is None:
-            prompt = sum(estimate_value(m.get("content")) + MESSAGE_OVERHEAD for m in sent)
-        output = completion.completion_tokens
-        if output is None:
-            output = estimate_tokens(completion.content) + estimate_value(completion.tool_calls)
-        self.input_tokens += prompt
-        self.output_tokens += output
-        self.last_prompt, self.last_completion = prompt, output
+    def add(self, call: ModelCall) -> None:
+        self.input_tokens += call.input_tokens
+        self.output_tokens += call.output_tokens
+        self.last_prompt, self.last_completion = call.input_tokens, call.output_tokens
 
 
 @dataclass
@@ -92,6 +89,7 @@ class _Turn:
     window_dropped: int
     new: list[NewMessage] = field(default_factory=list)
     usage: _Usage = field(default_factory=_Usage)
+    calls: Meter = field(default_factory=list)
 
 
 class OpenAIAgent:
@@ -131,7 +129,8 @@ class OpenAIAgent:
         limit = self.settings.agent.memory_notes
         with self.store.read() as conn:
             notes = memory_rows.list_notes(conn, owner, limit) if limit else []
-        media = self.media.prepare(turn, session.id, vision=self._vision)
+        calls: Meter = []
+        media = self.media.prepare(turn, session.id, vision=self._vision, meter=calls)
         user_content = media.content(turn.text)
         model = self.settings.model
         schemas = self.tools.schemas()
@@ -153,7 +152,8 @@ class OpenAIAgent:
             {"role": "user", "content": user_content},
         ]
         context = ToolContext(self.store, session.id, turn, owner, self.clock)
-        return _Turn(request, chat, media, context, fixed + window.history_tokens, window.dropped)
+        estimate = fixed + window.history_tokens
+        return _Turn(request, chat, media, context, estimate, window.dropped, calls=calls)
 
     # --- the loop ---
 
@@ -188,13 +188,20 @@ class OpenAIAgent:
             self._vision = False  # this process stops sending images to this model
             self._describe_images(state)
             completion = self.chat.complete(state.chat, tools=tools, should_stop=should_stop)
-        state.usage.add(completion, state.chat)
+        kind = TOOL_ROUND if completion.tool_calls else REPLY
+        call = model_call(
+            completion, kind=kind, model=self.chat.model, at=self.clock(), sent=state.chat
+        )
+        state.calls.append(call)
+        state.usage.add(call)
         return completion
 
     def _describe_images(self, state: _Turn) -> None:
         session_id = state.request.session.id
         state.media.items = [
-            self.media.described(item, session_id, i) if item.image is not None else item
+            self.media.described(item, session_id, i, state.calls)
+            if item.image is not None
+            else item
             for i, item in enumerate(state.media.items)
         ]
         for message in reversed(state.chat):
@@ -217,12 +224,16 @@ class OpenAIAgent:
                 token_count=state.usage.last_completion,
             )
         )
+        round_call = state.calls[-1]
+        uses: list[ToolUse] = []
         for call in calls:
             if state.request.should_stop():
                 raise Stopped
             function = call.get("function") or {}
             name = str(function.get("name") or "")
-            result = self.tools.call(name, function.get("arguments"), state.tools)
+            result, failed = self.tools.run(name, function.get("arguments"), state.tools)
+            uses.append(ToolUse(name or "(unnamed)", failed))
+            state.calls[-1] = dataclasses.replace(round_call, tools=tuple(uses))
             state.chat.append({"role": "tool", "tool_call_id": call["id"], "content": result})
             state.new.append(
                 NewMessage(
@@ -280,6 +291,7 @@ class OpenAIAgent:
             user_extra=note,
             memory_ops=list(state.tools.memory_ops),
             compress=compress,
+            calls=list(state.calls),
         )
 
     def _snapshot(self, state: _Turn) -> dict[str, Any]:

@@ -18,13 +18,14 @@ import re
 from sqlalchemy import Connection, select
 
 from shared.mentions import without_mentions
-from shared.store import lineage
+from shared.store import lineage, usage
 from shared.store import sessions as session_rows
 from shared.store.errors import TitleInUse
 from shared.store.schema import messages
 from shared.titles import MAX_TITLE_CHARS, TitleError, TitleSource, validate_title
 from workers.agent.auxiliary import AuxiliaryUnavailable, first_words, heuristic_title
 from workers.agent.compression import auxiliary_of
+from workers.agent.metering import Meter, where
 from workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -95,16 +96,21 @@ def autotitle(rt: Runtime, session_id: str) -> str:
         return "no exchange yet"
     users, reply = exchange
     title = None
+    calls: Meter = []
     try:
-        title = tidy_title(auxiliary_of(rt).title(users[0], reply))
+        title = tidy_title(auxiliary_of(rt).title(users[0], reply, calls))
     except AuxiliaryUnavailable as exc:
         log.info("auto-title of %s falls back to the heuristic: %s", session_id, exc)
     quiet = session.last_active_at < rt.clock() - QUIET_SECONDS
     title = title or _offline_title(users, quiet=quiet)
+    spent = where(session.source, session_id, session.chat_id)
     if title is None:
+        if calls:
+            rt.store.run_write(lambda conn: usage.record(conn, calls, spent, rt.pricing))
         return "nothing to title it with yet"
     with rt.store.write() as conn:
         written = write_auto_title(conn, session_id, title)
+        usage.record(conn, calls, spent, rt.pricing)
     return f"titled {written!r}" if written is not None else "already titled"
 
 

@@ -58,22 +58,26 @@ class ToolRegistry:
 
     def call(self, name: str, arguments: str | None, ctx: ToolContext) -> str:
         """Run one tool call; every problem becomes an `{"error": ...}` the model can read."""
+        return self.run(name, arguments, ctx)[0]
+
+    def run(self, name: str, arguments: str | None, ctx: ToolContext) -> tuple[str, bool]:
+        """`call`, and whether it failed (an error went back to the model)."""
         tool = self._tools.get(name)
         if tool is None:
             known = ", ".join(self._tools) or "none"
-            return _dump({"error": f"unknown tool {name!r}; available: {known}"})
+            return _dump({"error": f"unknown tool {name!r}; available: {known}"}), True
         try:
             args = json.loads(arguments) if arguments and arguments.strip() else {}
         except ValueError as exc:
-            return _dump({"error": f"arguments are not valid JSON: {exc}"})
+            return _dump({"error": f"arguments are not valid JSON: {exc}"}), True
         if not isinstance(args, dict):
-            return _dump({"error": "arguments must be a JSON object"})
+            return _dump({"error": "arguments must be a JSON object"}), True
         try:
             result = tool.run(ctx, args)
         except Exception as exc:
             log.exception("tool %s failed", name)
             result = {"error": f"{name} failed: {type(exc).__name__}: {exc}"}
-        return _dump(result)
+        return _dump(result), isinstance(result, dict) and "error" in result
 
 
 def _dump(value: Any) -> str:
