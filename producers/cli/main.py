@@ -10,6 +10,7 @@ from producers.cli.chat import chat, continue_option, resume_option, run_chat
 from producers.cli.cron import cron_group
 from producers.cli.db import db
 from producers.cli.legacy import import_legacy_cmd
+from producers.cli.insights import insights
 from producers.cli.plugins import PluginGroup
 from producers.cli.search import search
 from producers.cli.sessions import sessions
@@ -52,6 +53,7 @@ cli.add_command(db)
 cli.add_command(up)
 cli.add_command(status)
 cli.add_command(cron_group)
+cli.add_command(insights)
 sessions.add_command(search)
 sessions.add_command(import_legacy_cmd)
 

@@ -60,8 +60,10 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
     def add(self, values: dict[str, Any]) -> None:
+        """Add a row of sums (PostgreSQL's SUM of a BIGINT is a NUMERIC: made int again)."""
         for name in SUM_COLUMNS:
-            setattr(self, name, getattr(self, name) + (values.get(name) or 0))
+            kind = float if name == "cost" else int
+            setattr(self, name, getattr(self, name) + kind(values.get(name) or 0))
 
 
 @dataclass(slots=True)
