@@ -3,9 +3,11 @@ hour × weekday heatmap, all drawn with block characters (they read without colo
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
@@ -19,14 +21,24 @@ SHADES = " ░▒▓█"
 HEAT_STYLES = ("grey30", "green4", "green3", "yellow3", "orange_red1")
 CHART_ROWS = 8
 CHART_COLUMNS = 60
-SPARK_COLUMNS = 24
-BAR_CELLS = 16
+SPARK_COLUMNS = 14
+BAR_CELLS = 8
+DAY_CELLS = 6  # at most this many columns per day in short windows
 NO_VALUE = "—"
+WIDE = 100  # terminal columns that fit every column of the tables
+PIPED_WIDTH = 110  # the width written when stdout is not a terminal
 
 
 def money(value: float, complete: bool = True) -> str:
     text = f"${value:,.2f}" if value >= 0.995 or value == 0 else f"${value:.4f}"
     return text if complete else text + "+"
+
+
+def cost_of(row: dict[str, Any]) -> str:
+    """A row's cost: "unknown" when none of its calls had a price, "+" when some had none."""
+    if row["calls"] and row["unpriced_calls"] == row["calls"]:
+        return "unknown"
+    return money(row["cost"], row["cost_complete"])
 
 
 def tokens(value: int) -> str:
@@ -70,6 +82,9 @@ def bar(value: float, top: float, cells: int = BAR_CELLS) -> str:
 def day_chart(values: Sequence[float], dates: Sequence[str], label: str) -> Text:
     """A vertical bar chart, one column per day (or per group of days for long windows)."""
     points = resample(values, CHART_COLUMNS)
+    if len(points) < CHART_COLUMNS // 2:  # a short window: wider bars with a gap between
+        cells = min(DAY_CELLS, CHART_COLUMNS // max(1, len(points)))
+        points = [v for value in points for v in [value] * (cells - 1) + [0.0]]
     top = max(points, default=0)
     text = Text()
     text.append(f"{label} per {'day' if len(points) == len(values) else 'period'}", "bold")
@@ -103,42 +118,54 @@ def heatmap(grid: Sequence[Sequence[int]], weekdays: Sequence[str]) -> Text:
     return text
 
 
-def _group_table(title: str, groups: list[dict[str, Any]], *, series: bool) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", header_style="bold")
-    table.add_column(title.split()[-1].capitalize())
-    for name in ("Calls", "Input", "Output", "Cached", "Cost", "p50", "p95"):
-        table.add_column(name, justify="right")
-    table.add_column("Share")
+def _table(title: str) -> Table:
+    return Table(
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+
+
+def _group_table(
+    title: str, groups: list[dict[str, Any]], *, series: bool, narrow: bool = False
+) -> Table:
+    """One row per group; a narrow terminal (under WIDE columns) goes without the share bars."""
+    table = _table(title)
+    name = title.split()[-1].capitalize()
+    table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=28)
+    for header in ("Calls", "In / cached / out", "Cost", "p50 / p95"):
+        table.add_column(header, justify="right", no_wrap=True)
+    if not narrow:
+        table.add_column("Share", no_wrap=True)
     if series:
-        table.add_column("Cost by day")
+        table.add_column("By day", no_wrap=True)
     top_cost = max((g["cost"] for g in groups), default=0.0)
     top_tokens = max((g["tokens"] for g in groups), default=0)
     for g in groups:
         share = bar(g["cost"], top_cost) if top_cost > 0 else bar(g["tokens"], top_tokens)
-        cost = (
-            money(g["cost"], g["cost_complete"]) if g["calls"] > g["unpriced_calls"] else "unknown"
-        )
-        cells = [
+        spent = " / ".join(tokens(g[k]) for k in ("input_tokens", "cached_tokens", "output_tokens"))
+        latency = g["latency_ms"]
+        cells: list[Any] = [
             g["name"],
             f"{g['calls']:,}",
-            tokens(g["input_tokens"]),
-            tokens(g["output_tokens"]),
-            tokens(g["cached_tokens"]),
-            cost,
-            millis(g["latency_ms"]["p50"]),
-            millis(g["latency_ms"]["p95"]),
-            Text(share, "magenta"),
+            spent,
+            cost_of(g),
+            f"{millis(latency['p50'])} / {millis(latency['p95'])}",
         ]
+        if not narrow:
+            cells.append(Text(share, "magenta"))
         if series:
-            cells.append(
-                Text(sparkline(g["daily_cost"] if top_cost > 0 else g["daily_tokens"]), "cyan")
-            )
+            trend = g["daily_cost"] if top_cost > 0 else g["daily_tokens"]
+            cells.append(Text(sparkline(trend), "cyan"))
         table.add_row(*cells)
     return table
 
 
 def _sessions_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="Top sessions by cost", title_justify="left", title_style="bold")
+    table = _table("Top sessions by cost")
     for name, justify in (("Session", "left"), ("Title", "left"), ("Source", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for name in ("Calls", "Tokens", "Cost"):
@@ -151,13 +178,13 @@ def _sessions_table(rows: list[dict[str, Any]]) -> Table:
             s["platform"],
             f"{s['calls']:,}",
             tokens(s["tokens"]),
-            money(s["cost"], s["cost_complete"]),
+            cost_of(s),
         )
     return table
 
 
 def _tools_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="Tool calls", title_justify="left", title_style="bold")
+    table = _table("Tool calls")
     table.add_column("Tool")
     table.add_column("Calls", justify="right")
     table.add_column("Failed", justify="right")
@@ -171,14 +198,12 @@ def _tools_table(rows: list[dict[str, Any]]) -> Table:
 
 
 def _cron_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="Cron jobs' spend", title_justify="left", title_style="bold")
+    table = _table("Cron jobs' spend")
     for name in ("Job", "Calls", "Tokens", "Cost"):
         table.add_column(name, justify="left" if name == "Job" else "right")
     for c in rows:
         name = c["name"] or f"{c['job_id']} (removed)"
-        table.add_row(
-            name, f"{c['calls']:,}", tokens(c["tokens"]), money(c["cost"], c["cost_complete"])
-        )
+        table.add_row(name, f"{c['calls']:,}", tokens(c["tokens"]), cost_of(c))
     return table
 
 
@@ -207,7 +232,8 @@ def _headline(doc: dict[str, Any], elapsed: float) -> Panel:
 
 def show(doc: dict[str, Any], *, elapsed: float, console: Console | None = None) -> None:
     """Print a report from its JSON document (producers.cli.insights.report_document)."""
-    out = console or Console(highlight=False)
+    out = console or Console(highlight=False, width=None if sys.stdout.isatty() else PIPED_WIDTH)
+    narrow = out.width < WIDE
     out.print(_headline(doc, elapsed))
     if not doc["totals"]["calls"]:
         out.print("No model calls were recorded in this window.")
@@ -219,9 +245,9 @@ def show(doc: dict[str, Any], *, elapsed: float, console: Console | None = None)
     parts: list[Any] = [
         day_chart(values, dates, "Cost ($)" if priced else "Tokens"),
         heatmap(doc["heatmap"]["calls"], doc["heatmap"]["weekdays"]),
-        _group_table("By model", doc["by_model"], series=True),
-        _group_table("By platform", doc["by_platform"], series=True),
-        _group_table("By call kind", doc["by_kind"], series=False),
+        _group_table("By model", doc["by_model"], series=True, narrow=narrow),
+        _group_table("By platform", doc["by_platform"], series=True, narrow=narrow),
+        _group_table("By call kind", doc["by_kind"], series=False, narrow=narrow),
     ]
     if doc["top_sessions"]:
         parts.append(_sessions_table(doc["top_sessions"]))

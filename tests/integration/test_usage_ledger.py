@@ -1,0 +1,214 @@
+"""The usage ledger through the real drain and agent against the fake OpenAI server (real HTTP).
+
+Rows carry the tokens the endpoint reported (cached and reasoning included), estimates only
+where it reported none (and marked), the cost from the configured price table, tool outcomes;
+titles and the offline model leave rows too, and pruning sessions keeps what they spent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from producers.intake import accept
+from shared.pricing import Pricing
+from shared.settings import Settings, load_settings
+from shared.store import Store, insights, open_store, usage
+from shared.store.inbox import get_turn
+from shared.store.schema import usage_ledger, usage_sessions
+from shared.store.sessions import end_session, prune_batch
+from shared.usage import ModelCall, day_of
+from tests.fakes.openai_server import FakeOpenAI, reply, running, tool_call
+from tests.pipeline_helpers import make_runtime, turn
+from workers.agent import titles
+from workers.agent.factory import build_agent
+from workers.drain import drain
+from workers.runtime import Runtime
+
+MAIN = "main-model"
+AUX = "aux-model"
+PRICES = "pricing:\n  main-model: {input: 2.0, output: 10.0, cached: 0.5}\n"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with running() as server:
+        yield server
+
+
+def priced_settings(env: dict[str, str], home: Path, fake: FakeOpenAI, **extra: str) -> Settings:
+    (home / "config.yaml").write_text(PRICES, encoding="utf-8")
+    return load_settings(
+        {
+            **env,
+            "HERMES_MODEL__BASE_URL": fake.url,
+            "HERMES_MODEL__NAME": MAIN,
+            "HERMES_MODEL__RETRIES": "0",
+            "HERMES_AUXILIARY__NAME": AUX,
+            **extra,
+        }
+    )
+
+
+@pytest.fixture
+def rt(
+    hermes_env: dict[str, str], hermes_home: Path, fake: FakeOpenAI, store: Store
+) -> Iterator[Runtime]:
+    settings = priced_settings(hermes_env, hermes_home, fake)
+    agent = build_agent(settings, store)
+    runtime, _ = make_runtime(settings, store, agent)
+    yield runtime
+    runtime.renewer.close()
+    agent.close()  # type: ignore[attr-defined]
+
+
+def run_turn(rt: Runtime, n: int, chat: str = "c1", **extra: Any) -> int:
+    accepted = accept(
+        rt.store, rt.waker, turn(n, chat, **extra), settings=rt.settings, clock=time.time
+    )
+    drain(rt, accepted.session_key)
+    return accepted.turn_id
+
+
+def ledger(store: Store) -> list[dict[str, Any]]:
+    with store.read() as conn:
+        rows = conn.execute(select(usage_ledger).order_by(usage_ledger.c.id)).all()
+    return [dict(row._mapping) for row in rows]
+
+
+def test_rows_carry_the_reported_usage_with_cached_and_reasoning_tokens(
+    rt: Runtime, fake: FakeOpenAI
+) -> None:
+    fake.script(
+        tool_call("memory", {"action": "list"}, usage=(120, 9)),
+        tool_call("no_such_tool", {}, usage=(150, 4)),
+        reply("Done.", (200, 30), cached=80, reasoning=12),
+        model=MAIN,
+    )
+    turn_id = run_turn(rt, 1, platform="telegram")
+    rows = ledger(rt.store)
+    assert [(r["kind"], r["model"], r["platform"]) for r in rows] == [
+        ("tool_round", MAIN, "telegram"),
+        ("tool_round", MAIN, "telegram"),
+        ("reply", MAIN, "telegram"),
+    ]
+    first, second, last = rows
+    assert (first["input_tokens"], first["output_tokens"], first["estimated"]) == (120, 9, 0)
+    assert first["cached_tokens"] is None and first["reasoning_tokens"] is None
+    assert (last["input_tokens"], last["output_tokens"]) == (200, 30)
+    assert (last["cached_tokens"], last["reasoning_tokens"]) == (80, 12)
+    assert json.loads(first["tools"]) == {"memory": [1, 0]}
+    assert json.loads(second["tools"]) == {"no_such_tool": [1, 1]}
+    assert all(r["turn_id"] == turn_id and r["session_id"] for r in rows)
+    assert all(r["latency_ms"] > 0 for r in rows)
+
+
+def test_cost_comes_from_the_configured_price_table(rt: Runtime, fake: FakeOpenAI) -> None:
+    fake.script(reply("Priced.", (1_000, 100), cached=400), model=MAIN)
+    run_turn(rt, 1)
+    (row,) = ledger(rt.store)
+    # 600 fresh input at $2/M, 400 cached at $0.50/M, 100 output at $10/M.
+    assert row["cost"] == pytest.approx((600 * 2.0 + 400 * 0.5 + 100 * 10.0) / 1e6)
+
+
+def test_a_response_without_usage_is_estimated_and_marked(rt: Runtime, fake: FakeOpenAI) -> None:
+    fake.script(reply("An answer the endpoint did not count.", usage=None), model=MAIN)
+    run_turn(rt, 1)
+    (row,) = ledger(rt.store)
+    assert row["estimated"] == 1
+    assert row["input_tokens"] > 0 and row["output_tokens"] > 0
+    assert row["cached_tokens"] is None
+
+
+def test_a_title_call_is_recorded_and_an_unpriced_model_costs_unknown(
+    rt: Runtime, fake: FakeOpenAI
+) -> None:
+    fake.script(reply("Hello there.", (50, 5)), model=MAIN)
+    fake.script(reply("Greeting the assistant", (40, 6)), model=AUX)
+    turn_id = run_turn(rt, 1)
+    with rt.store.read() as conn:
+        found = get_turn(conn, turn_id)
+        assert found is not None and found.session_id is not None
+        session_id = found.session_id
+    assert titles.autotitle(rt, session_id).startswith("titled")
+    kinds = {r["kind"]: r for r in ledger(rt.store)}
+    assert set(kinds) == {"reply", "title"}
+    title = kinds["title"]
+    assert (title["model"], title["input_tokens"], title["output_tokens"]) == (AUX, 40, 6)
+    assert title["cost"] is None  # aux-model is in no price table: unknown, not a guess
+    assert title["session_id"] == session_id
+
+
+def test_the_offline_model_leaves_estimated_free_rows(settings: Settings, store: Store) -> None:
+    runtime, _ = make_runtime(settings, store)
+    try:
+        accepted = accept(store, runtime.waker, turn(1), settings=settings, clock=time.time)
+        drain(runtime, accepted.session_key)
+    finally:
+        runtime.renewer.close()
+    (row,) = ledger(store)
+    assert (row["kind"], row["model"], row["estimated"], row["cost"]) == ("reply", "offline", 1, 0)
+
+
+def test_the_ledger_and_its_rollups_survive_pruning_the_session(
+    rt: Runtime, fake: FakeOpenAI
+) -> None:
+    fake.script(reply("Spent.", (300, 20)), model=MAIN)
+    turn_id = run_turn(rt, 1)
+    with rt.store.read() as conn:
+        found = get_turn(conn, turn_id)
+        assert found is not None and found.session_id is not None
+        session_id = found.session_id
+    with rt.store.write() as conn:
+        end_session(conn, session_id, "test", time.time() - 10)
+        assert prune_batch(conn, ended_before=time.time())[0] == 1
+    (row,) = ledger(rt.store)
+    assert row["session_id"] == session_id and row["input_tokens"] == 300
+    today = day_of(time.time())
+    with rt.store.read() as conn:
+        report = insights.report(conn, insights.Window(today - 6, today))
+        kept = conn.execute(select(usage_sessions.c.session_id)).scalars().all()
+    assert kept == [session_id]
+    assert report.total.usage.input_tokens == 300
+    (top,) = report.top_sessions
+    assert top.session_id == session_id and top.pruned
+
+
+def _calls(now: float) -> list[ModelCall]:
+    return [
+        ModelCall("reply", "gpt-4o", now, 1_000, 200, 900.0, cached_tokens=100),
+        ModelCall("tool_round", "gpt-4o", now - 86_400, 500, 50, 2_000.0),
+        ModelCall("title", "mystery-model", now, 60, 8, 300.0, estimated=True),
+    ]
+
+
+def test_record_and_report_on_postgresql(postgres_url: str) -> None:
+    """The same writes and reads on PostgreSQL (its upserts, BIGINT sums)."""
+    store = open_store(postgres_url)
+    try:
+        with store.write() as conn:
+            for table in (usage_ledger, usage_sessions):
+                conn.execute(table.delete())
+            conn.exec_driver_sql("DELETE FROM usage_daily")
+            conn.exec_driver_sql("DELETE FROM usage_tools")
+        now = time.time()
+        for _ in range(2):  # the second write adds to the rollup rows the first made
+            with store.write() as conn:
+                usage.record(conn, _calls(now), usage.Where("slack", "s-pg"), Pricing())
+        with store.read() as conn:
+            report = insights.report(conn, insights.Window(day_of(now) - 6, day_of(now)))
+        total = report.total.usage
+        assert (total.calls, total.input_tokens, total.output_tokens) == (6, 3_120, 516)
+        assert isinstance(total.input_tokens, int)
+        cost = 2 * ((900 * 2.5 + 100 * 1.25 + 200 * 10) + (500 * 2.5 + 50 * 10)) / 1e6
+        assert total.cost == pytest.approx(cost)
+        assert total.unpriced_calls == 2 and total.estimated_calls == 2
+        assert sum(report.daily_calls) == 6 and report.daily_calls[-2:] == [2, 4]
+    finally:
+        store.close()
