@@ -187,10 +187,13 @@ def test_terminal_report_draws_tables_bars_and_the_heatmap(
     result = invoke(settings, ["insights", "--days", "7"])
     assert result.exit_code == 0, result.output
     out = result.output
-    for expected in ("By model", "By platform", "By call kind", "Top sessions by cost", "Tool calls",
-                     "Cron jobs' spend", "Calls by hour (UTC) and weekday", "gpt-4o-mini", "digest",
-                     "budget talk", "(pruned)", "█"):  # fmt: skip
-        assert expected in out, expected
+    expected = (
+        "By model", "By platform", "By call kind", "Top sessions by cost", "Tool calls",
+        "Cron jobs' spend", "Calls by hour (UTC) and weekday", "gpt-4o-mini", "digest",
+        "budget talk", "(pruned)", "█",
+    )  # fmt: skip
+    for text in expected:
+        assert text in out, text
     assert "1 call to models without a price" in out
 
 
