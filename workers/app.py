@@ -18,6 +18,7 @@ from shared.tasknames import (
     MAINTENANCE_QUEUE,
     TURNS_QUEUE,
 )
+from workers.metrics import WorkerMetrics
 from workers.runtime import RuntimeHolder
 
 log = logging.getLogger(__name__)
@@ -88,13 +89,14 @@ class _HermesCelery(Celery):  # type: ignore[misc]  # Celery ships no type hints
         return super().task(*args, **opts)
 
 
-def create_app(settings: Settings) -> Celery:
-    """A Celery app with hermes's tasks; the store and agent are built later, per process."""
+def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> Celery:
+    """A Celery app with hermes's tasks; the store and agent are built later, per process.
+    `metrics`: what the worker's /metrics serves (else each process counts privately)."""
     from workers.tasks import delivery, maintenance, sweeps, titles, turns
 
     app = _HermesCelery("hermes", set_as_current=False)
     app.conf.update(celery_config(settings))
-    runtimes = RuntimeHolder(settings, CeleryWaker(app))
+    runtimes = RuntimeHolder(settings, CeleryWaker(app), metrics)
     app.hermes_runtimes = runtimes
     for module in (turns, delivery, maintenance, titles, sweeps):
         module.register(app, runtimes)

@@ -6,6 +6,7 @@ import copy
 import fcntl
 import os
 import sys
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -14,8 +15,12 @@ import click
 import beat_schedule
 from shared.sdks import SENDER, configured_platforms, sdk_problems
 from shared.settings import Settings, load_settings
+from shared.store import open_store
 from shared.tasknames import ALL_QUEUES
 from workers.app import create_app
+from workers.metrics import WorkerMetrics, multiprocess_dir, process_exited, serve
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -66,6 +71,11 @@ def beat_config(settings: Settings) -> dict[str, dict[str, Any]]:
     help="Leave out a configured platform whose SDK does not import (logged) instead of "
     "refusing to start; the worker a terminal chat starts uses it.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    help="Serve Prometheus /metrics on this port (default workers.metrics_port; off if unset).",
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -75,12 +85,15 @@ def worker(
     loglevel: str,
     hostname: str | None,
     skip_missing_sdks: bool,
+    metrics_port: int | None,
 ) -> None:
     """Run a Celery worker that drains sessions, delivers replies and runs maintenance."""
     settings = _settings(ctx)
     if not skip_missing_sdks:
         refuse_missing_sdks(configured_platforms(settings))
-    app = create_app(settings)
+    port = metrics_port or settings.workers.metrics_port
+    metrics = _metrics(settings, port, pool, hostname) if port else None
+    app = create_app(settings, metrics)
     argv = [
         "worker",
         "--pool",
@@ -107,6 +120,39 @@ def refuse_missing_sdks(platforms: list[str]) -> None:
         click.echo(f"hermes worker: {line}", err=True)
     if problems:
         sys.exit(1)
+
+
+def _metrics(settings: Settings, port: int, pool: str, hostname: str | None) -> WorkerMetrics:
+    """This worker's metrics, served on `port` until it exits. A prefork pool's children count
+    in files (prometheus_client's multiprocess mode, which it takes from the environment only:
+    set here, before any metric exists, when the caller has not chosen a directory)."""
+    multiprocess = pool == "prefork"
+    if multiprocess and MULTIPROC_ENV not in os.environ:
+        name = (hostname or f"hermes-{os.getpid()}").replace("%h", "host").replace("/", "_")
+        os.environ[MULTIPROC_ENV] = str(multiprocess_dir(settings.run_dir, name))
+    metrics = WorkerMetrics(None, private=not multiprocess)
+    if multiprocess:
+        from celery.signals import worker_process_shutdown
+
+        worker_process_shutdown.connect(
+            lambda pid=None, **_: process_exited(pid or os.getpid()), weak=False
+        )
+    store = open_store(settings.resolved_database_url)
+    try:
+        serve(
+            metrics,
+            host=settings.workers.metrics_host,
+            port=port,
+            store=store,
+            clock=time.time,
+            multiprocess=multiprocess,
+        )
+    except OSError as exc:
+        store.close()
+        raise click.ClickException(
+            f"cannot serve metrics on port {port}: {exc.strerror or exc}"
+        ) from None
+    return metrics
 
 
 @click.command()

@@ -138,13 +138,17 @@ def _send_pending(
 
 def _send_one(rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, *, look: bool) -> _Step:
     """Send one row and record what happened (with a look at what is next when `look`)."""
+    metrics = rt.metrics
     try:
         sender = rt.senders.get(row.platform)
         receipt = sender.send(row)
     except RetryLater as exc:
+        metrics.rate_limit_waits.labels(row.platform).inc()
+        metrics.rate_limit_seconds.labels(row.platform).inc(max(0.0, exc.after))
         _record_retry(rt, lease, row, exc.after, exc.reason, failed=False)
         return _Step(stop=("cooldown", exc.after))
     except (Undeliverable, UnknownPlatform) as exc:
+        metrics.send_errors.labels(row.platform, "undeliverable").inc()
         log.warning("outbox %s to %s undeliverable: %s", row.id, row.lane, exc)
         with rt.store.write() as conn:
             leases.check_named(conn, lease, rt.clock(), LANE_TTL)
@@ -152,6 +156,7 @@ def _send_one(rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, *, look: 
             rows = _pending_or_release(conn, lease) if look else None
         return _Step(rows=rows, released=rows == [])
     except Exception as exc:  # transient: connection dropped, 5xx
+        metrics.send_errors.labels(row.platform, "retry").inc()
         wait = min(300.0, 2.0 ** (row.attempts + 1))
         _record_retry(rt, lease, row, wait, f"{type(exc).__name__}: {exc}")
         return _Step(stop=("retry", wait))
@@ -162,6 +167,7 @@ def _send_one(rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, *, look: 
         return _pending_or_release(conn, lease) if look else None
 
     rows = rt.store.run_write(mark_sent)
+    metrics.replies_sent.labels(row.platform).inc()
     return _Step(rows=rows, released=rows == [])
 
 

@@ -102,10 +102,12 @@ def drain(rt: Runtime, key: str) -> DrainResult:
     if first.action == "idle":  # a duplicate wake-up: the lease is already let go
         return DrainResult(0, "idle")
     result: DrainResult | None = None
+    rt.metrics.leases_held.inc()
     try:
         with rt.renewer.hold(lease, first.started or now) as held:
             result = _run_batch(rt, held, first, budget=rt.settings.pipeline.batch_turns)
     finally:
+        rt.metrics.leases_held.dec()
         if result is None or result.reason != "idle":  # idle: released with the last claim
             rt.store.run_write(lambda conn: leases.release_route(conn, lease))
         if result is None:  # an unexpected error: turns that arrived meanwhile got no wake-up
@@ -185,6 +187,7 @@ def _run_batch(rt: Runtime, held: Held, step: _Next, budget: int) -> DrainResult
                 assert step.session_id is not None
                 rt.renewer.restart_clock(held, step.started)
                 following = _run_turn(rt, held, step.turn, step.session_id, claim=more)
+                _timed(rt, step)
         except leases.LeaseLost:
             log.warning("drain of %s fenced out; another worker has it", held.lease.name)
             return DrainResult(ran, "lost")
@@ -192,6 +195,14 @@ def _run_batch(rt: Runtime, held: Held, step: _Next, budget: int) -> DrainResult
         if following is None:
             return DrainResult(ran, "batch")
         step = following
+
+
+def _timed(rt: Runtime, step: _Next) -> None:
+    """A turn's wait (recorded → started) and its run (started → committed), in the metrics."""
+    assert step.turn is not None
+    platform = step.turn.platform
+    rt.metrics.wait_seconds.labels(platform).observe(max(0.0, step.started - step.turn.received_at))
+    rt.metrics.turn_seconds.labels(platform).observe(max(0.0, rt.clock() - step.started))
 
 
 def _bury(rt: Runtime, held: Held, turn: inbox.TurnRow) -> None:
@@ -212,6 +223,7 @@ def _bury(rt: Runtime, held: Held, turn: inbox.TurnRow) -> None:
             "It has been reported; please try again or rephrase.",
             now=now,
         )
+    rt.metrics.turns.labels(turn.platform, inbox.DEAD).inc()
     log.error(
         "turn %s (%s seq %s) is dead after %s attempts: %s",
         turn.id,
@@ -360,6 +372,7 @@ def _postpone(rt: Runtime, held: Held, turn: inbox.TurnRow, exc: Exception) -> N
     now = rt.clock()
     backoff = rt.settings.pipeline.retry_backoff_seconds * (turn.attempts + 1)
     log.warning("turn %s attempt %s failed: %r", turn.id, turn.attempts + 1, exc)
+    rt.metrics.turns.labels(turn.platform, "retried").inc()
     with rt.store.write() as conn:
         leases.check_route(conn, held.lease, now, rt.lease_ttl)
         inbox.postpone_turn(conn, turn.id, now + backoff, f"{type(exc).__name__}: {exc}"[:500])
@@ -460,11 +473,19 @@ def _commit(
         return following, None, (last.lane, deliver.open_lane(conn, holder, last.lane, now))
 
     following, delivered, opened = rt.store.run_write(write)
+    _count(rt, turn, status, reply)
     if delivered is not None:
         deliver.nudge(rt, delivered)  # once: the reader takes all of the turn's replies
     if opened is not None:
         deliver.deliver_now(rt, *opened)
     return following
+
+
+def _count(rt: Runtime, turn: inbox.TurnRow, status: str, reply: AgentReply) -> None:
+    """The committed turn in the worker's metrics."""
+    metrics = rt.metrics
+    metrics.turns.labels(turn.platform, status).inc()
+    metrics.model_calls(reply.calls)
 
 
 def reply_address(

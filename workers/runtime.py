@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
@@ -19,6 +19,7 @@ from shared.store import Store, open_store
 from workers.agent.base import Agent
 from workers.agent.factory import build_agent
 from workers.delivery.registry import SenderRegistry, build_senders
+from workers.metrics import WorkerMetrics
 from workers.renewer import Renewer
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ class Runtime:
     clock: Clock
     renewer: Renewer
     redis: Any | None = None
+    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
 
     @property
     def lease_ttl(self) -> float:
@@ -70,9 +72,17 @@ def broker_redis(settings: Settings) -> Any | None:
     return None
 
 
-def build_runtime(settings: Settings, waker: Waker, *, clock: Clock = time.time) -> Runtime:
+def build_runtime(
+    settings: Settings,
+    waker: Waker,
+    *,
+    clock: Clock = time.time,
+    metrics: WorkerMetrics | None = None,
+) -> Runtime:
     store = open_store(settings.resolved_database_url)
     client = broker_redis(settings)
+    metrics = metrics or WorkerMetrics()
+    metrics.watch_store(store)
     return Runtime(
         settings=settings,
         store=store,
@@ -82,15 +92,19 @@ def build_runtime(settings: Settings, waker: Waker, *, clock: Clock = time.time)
         clock=clock,
         renewer=Renewer(store, clock, settings.pipeline.lease_seconds),
         redis=client,
+        metrics=metrics,
     )
 
 
 class RuntimeHolder:
     """One Runtime per process: built on first use, rebuilt if the process forked since."""
 
-    def __init__(self, settings: Settings, waker: Waker) -> None:
+    def __init__(
+        self, settings: Settings, waker: Waker, metrics: WorkerMetrics | None = None
+    ) -> None:
         self._settings = settings
         self._waker = waker
+        self._metrics = metrics
         self._runtime: Runtime | None = None
         self._pid = 0
         self._lock = threading.Lock()
@@ -99,7 +113,9 @@ class RuntimeHolder:
         if self._runtime is None or self._pid != os.getpid():
             with self._lock:
                 if self._runtime is None or self._pid != os.getpid():
-                    self._runtime = build_runtime(self._settings, self._waker)
+                    self._runtime = build_runtime(
+                        self._settings, self._waker, metrics=self._metrics
+                    )
                     self._pid = os.getpid()
         return self._runtime
 

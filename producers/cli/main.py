@@ -9,8 +9,8 @@ from producers.cli.app import EXPECTED_ERRORS, USER_ERRORS, App
 from producers.cli.chat import chat, continue_option, resume_option, run_chat
 from producers.cli.cron import cron_group
 from producers.cli.db import db
-from producers.cli.legacy import import_legacy_cmd
 from producers.cli.insights import insights
+from producers.cli.legacy import import_legacy_cmd
 from producers.cli.plugins import PluginGroup
 from producers.cli.search import search
 from producers.cli.sessions import sessions

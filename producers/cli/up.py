@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import signal
 import sys
 from typing import IO, Any
@@ -81,6 +82,15 @@ def _refuse_a_taken_port(settings: Settings) -> None:
         fail(f"hermes up: {problem}", 1)
 
 
+def receiver_env(settings: Settings) -> dict[str, str]:
+    """The receivers share the gateway port, so a scrape of /metrics reaches any one of them:
+    they count in one directory of metric files and each answers with the sum over all."""
+    path = settings.run_dir / "metrics" / "gateway"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, mode=0o700)
+    return {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(path)}
+
+
 def _lock(settings: Settings) -> IO[str]:
     settings.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     handle = (settings.run_dir / "up.lock").open("a+")
@@ -131,15 +141,17 @@ def up(app: App, workers: int | None, concurrency: int | None, no_beat: bool) ->
     sup = Supervisor(show)
     count = workers or settings.workers.processes
     per_worker = str(concurrency or settings.workers.concurrency)
+    base_port = settings.workers.metrics_port
     for index in range(1, count + 1):
-        sup.add(
-            f"worker-{index}",
-            hermes_argv("worker", "-c", per_worker, "-n", f"worker{index}@%h", "-l", "WARNING"),
-        )
+        argv = hermes_argv("worker", "-c", per_worker, "-n", f"worker{index}@%h", "-l", "WARNING")
+        if base_port is not None:  # one port each: worker N serves base + N - 1
+            argv += ["--metrics-port", str(base_port + index - 1)]
+        sup.add(f"worker-{index}", argv)
     if not no_beat:
         sup.add("beat", hermes_argv("beat", "-l", "WARNING"))
+    shared_port = receiver_env(settings) if started else None
     for platform in started:
-        sup.add(platform, hermes_argv("gateway", platform))
+        sup.add(platform, hermes_argv("gateway", platform), env=shared_port)
     sup.start_all()
     producer = broker_client(settings)
     app._closers.append(producer.close)

@@ -1,4 +1,5 @@
-"""The receivers' one ASGI app: `POST /telegram/webhook`, `POST /slack/events`, `GET /healthz`.
+"""The receivers' one ASGI app: `POST /telegram/webhook`, `POST /slack/events`, `GET /healthz`,
+`GET /metrics` (Prometheus; producers/gateway/metrics.py).
 
 A platform's route is mounted when it is configured (Telegram: token; Slack: signing
 secret); an unconfigured one is a 404. Any error that is not the caller's fault (the database
@@ -70,6 +71,9 @@ def create_app(
         await gateway.settled()  # the wake-ups of acked turns go out before we stop
 
     routes = [Route("/healthz", healthz, methods=["GET"])]
+    if gateway.metrics is not None:
+        endpoint = gateway.metrics.endpoint(gateway.store, gateway.clock)
+        routes.append(Route("/metrics", endpoint, methods=["GET"]))
     if telegram is not None:
         routes.append(Route("/telegram/webhook", guarded(telegram.webhook), methods=["POST"]))
     if slack is not None:

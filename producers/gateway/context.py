@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from producers.gateway.metrics import GatewayMetrics
 from producers.gateway.recorder import Recorder
 from producers.intake import Accepted, accept
 from shared.ports import Clock, Waker
@@ -75,14 +76,21 @@ class Gateway:
     clock: Clock = time.time
     refusals: RefusalGate = field(default_factory=RefusalGate)
     _recorder: Recorder | None = field(default=None, repr=False)
+    metrics: GatewayMetrics | None = None
 
     def record_now(self, turn: InboundTurn) -> Accepted:
         """Record synchronously (polling loops and tests); raises TurnRejected."""
-        return accept(self.store, self.waker, turn, settings=self.settings, clock=self.clock)
+        accepted = accept(self.store, self.waker, turn, settings=self.settings, clock=self.clock)
+        if self.metrics is not None:
+            self.metrics.turn(turn.platform, duplicate=accepted.duplicate)
+        return accepted
 
     async def record(self, turn: InboundTurn) -> Accepted:
         """Record in a worker thread, batched; returns once committed. Raises TurnRejected."""
-        return await self._recorder_here().record(turn)
+        accepted = await self._recorder_here().record(turn)
+        if self.metrics is not None:
+            self.metrics.turn(turn.platform, duplicate=accepted.duplicate)
+        return accepted
 
     async def settled(self) -> None:
         """Wait until the turns and wake-ups queued on this event loop are written and sent."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import time
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 
 from producers.gateway.app import create_app, slack_receiver, telegram_receiver
 from producers.gateway.context import Gateway
+from producers.gateway.metrics import GatewayMetrics
 from producers.gateway.port import PortInUse, claim
 from producers.gateway.wakeups import PausingWaker
 from producers.maintenance import request_prune_in_background
@@ -249,7 +251,9 @@ def run(settings: Settings, mode: Mode) -> None:
         producer = broker_client(settings)
         waker = PausingWaker(BrokerWaker(producer))
         request_prune_in_background(settings, store, producer)
-        gateway = Gateway(settings, store, waker, time.time)
+        # `hermes up` sets the variable for receivers that share a port (metrics.py).
+        metrics = GatewayMetrics(multiprocess="PROMETHEUS_MULTIPROC_DIR" in os.environ)
+        gateway = Gateway(settings, store, waker, time.time, metrics=metrics)
         log.warning("hermes gateway %s on http://%s:%d", mode.platform, *sock.getsockname()[:2])
         run_loop(serve(gateway, mode, sock))
     finally:

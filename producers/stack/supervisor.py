@@ -26,6 +26,7 @@ class Child:
     restarts: int = 0
     next_start: float = 0.0
     pump: threading.Thread | None = field(default=None, repr=False)
+    env: dict[str, str] | None = field(default=None, repr=False)  # else the supervisor's
 
     @property
     def pid(self) -> int | None:
@@ -42,8 +43,8 @@ class Supervisor:
         self._env = env
         self._stopping = threading.Event()
 
-    def add(self, name: str, argv: list[str]) -> Child:
-        child = Child(name, argv)
+    def add(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Child:
+        child = Child(name, argv, env=env)
         self.children.append(child)
         return child
 
@@ -53,7 +54,7 @@ class Supervisor:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=self._env,
+            env=child.env if child.env is not None else self._env,
             start_new_session=True,  # Ctrl-C reaches us; we stop the children in order
         )
         child.started_at = time.monotonic()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +38,8 @@ class Store:
             if engine.dialect.name == "sqlite" and path
             else None
         )
+        # Told how long each committed write took, waiting for the lock included (metrics).
+        self.observe_write: Callable[[float], None] | None = None
 
     @property
     def dialect(self) -> str:
@@ -65,12 +68,18 @@ class Store:
     def write(self) -> Iterator[Connection]:
         """One write transaction (BEGIN IMMEDIATE on SQLite): commit on exit, roll back on error."""
         self._check_process()
+        started = time.perf_counter()
         if self._group is None:
             with self._corrupt_is_store_error(), self._writer.begin() as conn:
                 yield conn
-            return
-        with self._corrupt_is_store_error(), self._group.unit() as conn:
-            yield conn
+        else:
+            with self._corrupt_is_store_error(), self._group.unit() as conn:
+                yield conn
+        self._observed(started)
+
+    def _observed(self, started: float) -> None:
+        if self.observe_write is not None:
+            self.observe_write(time.perf_counter() - started)
 
     def run_write(self, work: Callable[[Connection], T]) -> T:
         """`work(conn)` as one write transaction; returns its result once committed.
@@ -80,11 +89,15 @@ class Store:
         hot paths, with functions that do not depend on the thread running them.
         """
         self._check_process()
+        started = time.perf_counter()
         with self._corrupt_is_store_error():
             if self._group is None:
                 with self._writer.begin() as conn:
-                    return work(conn)
-            return self._group.run(work)
+                    result = work(conn)
+            else:
+                result = self._group.run(work)
+        self._observed(started)
+        return result
 
     def run_writes(self, works: Sequence[Callable[[Connection], T]]) -> list[T | Exception]:
         """Each of `works` as its own unit in one write transaction (one that raises changes

@@ -388,3 +388,32 @@ def dead_turns_after(conn: Connection, after_id: int, limit: int = 100) -> list[
         .limit(limit)
     ).all()
     return [TurnRow.from_row(row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTurns:
+    """One platform's turns not yet finished."""
+
+    waiting: int
+    running: int
+    oldest_received_at: float | None
+
+
+def open_by_platform(conn: Connection) -> dict[str, OpenTurns]:
+    """Waiting and running turns per platform and the oldest arrival among them: a scan of the
+    open turns only (the partial index), cheap enough for every metrics scrape."""
+    rows = conn.execute(
+        select(inbox.c.platform, inbox.c.status, func.count(), func.min(inbox.c.received_at))
+        .where(_IS_OPEN)
+        .group_by(inbox.c.platform, inbox.c.status)
+    ).all()
+    found: dict[str, dict[str, Any]] = {}
+    for platform, status, count, oldest in rows:
+        entry = found.setdefault(str(platform), {WAITING: 0, RUNNING: 0, "oldest": None})
+        entry[str(status)] = int(count)
+        if oldest is not None and (entry["oldest"] is None or oldest < entry["oldest"]):
+            entry["oldest"] = float(oldest)
+    return {
+        platform: OpenTurns(entry[WAITING], entry[RUNNING], entry["oldest"])
+        for platform, entry in found.items()
+    }

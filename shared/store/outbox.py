@@ -193,3 +193,13 @@ def for_turn(conn: Connection, turn_id: int) -> list[OutboxRow]:
 
 def pending_count(conn: Connection) -> int:
     return int(conn.execute(select(func.count()).where(outbox.c.status == PENDING)).scalar_one())
+
+
+def pending_by_platform(conn: Connection) -> dict[str, int]:
+    """Replies waiting to be sent, per platform (the metrics' outbox backlog)."""
+    rows = conn.execute(
+        select(outbox.c.platform, func.count())
+        .where(outbox.c.status == PENDING)
+        .group_by(outbox.c.platform)
+    ).all()
+    return {str(platform): int(count) for platform, count in rows}
