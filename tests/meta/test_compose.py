@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +12,10 @@ import click
 import yaml
 
 from producers.cli.main import cli
+from producers.gateway.metrics import GatewayMetrics
+from shared.metrics import StoreCollector
+from shared.store import Store
+from workers.metrics import WorkerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,3 +105,63 @@ def test_the_image_installs_every_platform_sdk() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     for extra in ("telegram", "slack", "discord", "flower", "postgres"):
         assert extra in dockerfile.split("pip install", 1)[1].splitlines()[0], extra
+
+
+def _monitoring() -> tuple[dict[str, Any], dict[str, Any]]:
+    prometheus = yaml.safe_load((ROOT / "monitoring" / "prometheus.yml").read_text())
+    dashboard = json.loads(
+        (ROOT / "monitoring" / "grafana" / "dashboards" / "hermes-fleet.json").read_text()
+    )
+    return prometheus, dashboard
+
+
+def test_monitoring_is_a_profile_with_prometheus_and_grafana() -> None:
+    services = _compose()["services"]
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["monitoring"]
+    mounted = " ".join(services["prometheus"]["volumes"] + services["grafana"]["volumes"])
+    for path in ("./monitoring/prometheus.yml", "./monitoring/grafana/dashboards"):
+        assert path in mounted
+        assert (ROOT / path).exists()
+
+
+def test_prometheus_scrapes_the_ports_the_services_serve_metrics_on() -> None:
+    services = _compose()["services"]
+    prometheus, _ = _monitoring()
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    (workers,) = jobs["hermes-workers"]["dns_sd_configs"]
+    assert workers["names"] == ["worker"]
+    worker_env = services["worker"]["environment"]
+    assert str(workers["port"]) == worker_env["HERMES_WORKERS__METRICS_PORT"]
+    assert worker_env["HERMES_WORKERS__METRICS_HOST"] == "0.0.0.0"
+    for target in jobs["hermes-receivers"]["static_configs"][0]["targets"]:
+        name, port = target.split(":")
+        command = services[name]["command"]
+        assert command[command.index("--port") + 1] == port, target
+
+
+def _exported(store: Store) -> set[str]:
+    """Every sample name the receivers and workers can export."""
+    names: set[str] = set()
+    families = [
+        *WorkerMetrics().registry.collect(),
+        *GatewayMetrics().registry.collect(),  # type: ignore[union-attr]
+        *StoreCollector(store, time.time).collect(),
+    ]
+    for family in families:
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}
+        names |= {family.name + s for s in suffixes.get(family.type, [""])}
+    return names
+
+
+def test_the_dashboard_asks_only_for_metrics_that_exist(store: Store) -> None:
+    _, dashboard = _monitoring()
+    exported = _exported(store)
+    asked = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"hermes_[a-z_]+", target["expr"])
+    }
+    assert len(asked) >= 12
+    assert asked <= exported, sorted(asked - exported)
