@@ -12,6 +12,10 @@ Entry points (same arguments → the same corpus on any machine; only seeded `ra
   through the real schema (`open_store`: Alembic migrations, the FTS5 table and its triggers,
   the counter triggers) with large `executemany` transactions, and returns `BuildStats`.
 - `vocabulary()` → the ranked word list, for picking common / rare query terms.
+- `build_store(..., ledger_until=T)` also writes one usage-ledger row per assistant message
+  (through shared.store.usage, rollups included), the corpus's 180 days stretched over the
+  year before T: the session's model, reply or tool round, input tokens the conversation so
+  far, tool outcomes, seeded latencies; about half the models have a price.
 
 What the text looks like: a ~40k-word Zipf vocabulary (real English function and technical
 words at the head, so "the", "to", "and" occur in nearly every session; pseudo-words in the
@@ -835,6 +839,57 @@ def _chunks(plans: Sequence[SessionPlan], seed: int, workers: int) -> Iterator[_
             yield future.result()
 
 
+def ledger_calls(
+    session_rows: Sequence[tuple[Any, ...]],
+    message_rows: Sequence[tuple[Any, ...]],
+    *,
+    until: float,
+    seed: int,
+) -> dict[str, tuple[str, list[Any]]]:
+    """One ledger call per assistant message of a chunk: session id → (source, calls)."""
+    from shared.usage import REPLY, TOOL_ROUND, ModelCall, ToolUse
+
+    meta = {
+        row[SESSION_COLUMNS.index("id")]: (
+            row[SESSION_COLUMNS.index("source")],
+            row[SESSION_COLUMNS.index("model")],
+        )
+        for row in session_rows
+    }
+    column = {name: i for i, name in enumerate(MESSAGE_COLUMNS)}
+    rng = random.Random(f"hermes-ledger:{seed}:{message_rows[0][column['timestamp']]!r}")
+    context: dict[str, int] = {}
+    calls: dict[str, tuple[str, list[Any]]] = {}
+    start = BASE_TIME - SPAN_SECONDS
+    for row in message_rows:
+        session_id = row[column["session_id"]]
+        tokens = int(row[column["token_count"]] or 0)
+        seen = context.get(session_id, 0)
+        context[session_id] = min(seen + tokens, 120_000)
+        if row[column["role"]] != "assistant":
+            continue
+        source, model = meta[session_id]
+        at = until - 365 * 86_400 + (row[column["timestamp"]] - start) / SPAN_SECONDS * 365 * 86_400
+        raw_calls = row[column["tool_calls"]]
+        tools = tuple(
+            ToolUse(call["function"]["name"], rng.random() < 0.04)
+            for call in (json.loads(raw_calls) if raw_calls else [])
+        )
+        big = seen > 2_000 and not model.startswith(("local/", "qwen/"))
+        call = ModelCall(
+            kind=TOOL_ROUND if tools else REPLY,
+            model=model,
+            at=min(at, until),
+            input_tokens=seen + 200,
+            output_tokens=tokens,
+            latency_ms=rng.lognormvariate(7.0, 0.7),
+            cached_tokens=int(seen * 0.6) if big else None,
+            tools=tools,
+        )
+        calls.setdefault(session_id, (source, []))[1].append(call)
+    return calls
+
+
 def build_store(
     path: Path,
     *,
@@ -843,6 +898,7 @@ def build_store(
     seed: int = 1,
     workers: int = 1,
     progress: Any = None,
+    ledger_until: float | None = None,
 ) -> BuildStats:
     """Write the corpus into a new state.db at `path` through the real schema; return its stats.
 
@@ -850,7 +906,10 @@ def build_store(
     `open_store` and the triggers it installs; rows go in with `executemany` in transactions of
     `CHUNK_SESSIONS` sessions. `workers` processes generate text while this one inserts
     (0: generate in-process). `progress(done_messages, total_messages)` is called per chunk.
+    With `ledger_until`, the usage ledger is written too (`ledger_calls`).
     """
+    from shared.pricing import Pricing
+    from shared.store import usage
     from shared.store.engine import open_store  # the store is only needed to build one
 
     for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
@@ -868,12 +927,18 @@ def build_store(
         f"VALUES ({', '.join('?' * len(MESSAGE_COLUMNS))})"
     )
     store = open_store(f"sqlite:///{path}")
+    pricing = Pricing()
     try:
         done = 0
         for session_rows, message_rows, chunk_stats in _chunks(plans, seed, workers):
             with store.write() as conn:
                 conn.exec_driver_sql(insert_session, session_rows)
                 conn.exec_driver_sql(insert_message, message_rows)
+                if ledger_until is not None:
+                    found = ledger_calls(session_rows, message_rows, until=ledger_until, seed=seed)
+                    for session_id, (source, calls) in found.items():
+                        where = usage.Where(source, session_id)
+                        usage.record(conn, calls, where, pricing)
             stats.add(chunk_stats)
             done += len(message_rows)
             if progress is not None:
