@@ -187,7 +187,9 @@ def _run_batch(rt: Runtime, held: Held, step: _Next, budget: int) -> DrainResult
                 assert step.session_id is not None
                 rt.renewer.restart_clock(held, step.started)
                 following = _run_turn(rt, held, step.turn, step.session_id, claim=more)
-                _timed(rt, step)
+                rt.metrics.turn_timed(
+                    step.turn.platform, step.turn.received_at, step.started, rt.clock()
+                )
         except leases.LeaseLost:
             log.warning("drain of %s fenced out; another worker has it", held.lease.name)
             return DrainResult(ran, "lost")
@@ -195,14 +197,6 @@ def _run_batch(rt: Runtime, held: Held, step: _Next, budget: int) -> DrainResult
         if following is None:
             return DrainResult(ran, "batch")
         step = following
-
-
-def _timed(rt: Runtime, step: _Next) -> None:
-    """A turn's wait (recorded → started) and its run (started → committed), in the metrics."""
-    assert step.turn is not None
-    platform = step.turn.platform
-    rt.metrics.wait_seconds.labels(platform).observe(max(0.0, step.started - step.turn.received_at))
-    rt.metrics.turn_seconds.labels(platform).observe(max(0.0, rt.clock() - step.started))
 
 
 def _bury(rt: Runtime, held: Held, turn: inbox.TurnRow) -> None:
@@ -473,19 +467,12 @@ def _commit(
         return following, None, (last.lane, deliver.open_lane(conn, holder, last.lane, now))
 
     following, delivered, opened = rt.store.run_write(write)
-    _count(rt, turn, status, reply)
+    rt.metrics.turn_committed(turn.platform, status, reply.calls)
     if delivered is not None:
         deliver.nudge(rt, delivered)  # once: the reader takes all of the turn's replies
     if opened is not None:
         deliver.deliver_now(rt, *opened)
     return following
-
-
-def _count(rt: Runtime, turn: inbox.TurnRow, status: str, reply: AgentReply) -> None:
-    """The committed turn in the worker's metrics."""
-    metrics = rt.metrics
-    metrics.turns.labels(turn.platform, status).inc()
-    metrics.model_calls(reply.calls)
 
 
 def reply_address(

@@ -95,6 +95,15 @@ class WorkerMetrics:
             **kw,
         )
 
+    def turn_committed(self, platform: str, status: str, calls: list[ModelCall]) -> None:
+        self.turns.labels(platform, status).inc()
+        self.model_calls(calls)
+
+    def turn_timed(self, platform: str, received_at: float, started: float, now: float) -> None:
+        """A turn's wait (recorded → started) and its run (started → committed)."""
+        self.wait_seconds.labels(platform).observe(max(0.0, started - received_at))
+        self.turn_seconds.labels(platform).observe(max(0.0, now - started))
+
     def model_calls(self, calls: list[ModelCall]) -> None:
         for call in calls:
             self.model_seconds.labels(call.model, call.kind).observe(call.latency_ms / 1000)

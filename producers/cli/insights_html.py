@@ -15,7 +15,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from producers.cli.insights_view import millis, money, tokens
+from producers.cli.insights_view import cost_of, millis, money, tokens
+from shared.wording import plural
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
@@ -142,21 +143,23 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 def _tables(doc: dict[str, Any]) -> str:
     parts = []
-    rows = [
-        [
-            _cell(g["name"], text=True),
-            _cell(f"{g['calls']:,}"),
-            _cell(tokens(g["input_tokens"])),
-            _cell(tokens(g["output_tokens"])),
-            _cell(money(g["cost"], g["cost_complete"])),
-            _cell(millis(g["latency_ms"]["p50"])),
-            _cell(millis(g["latency_ms"]["p95"])),
+    for dim, heading in (("by_model", "Model"), ("by_platform", "Platform"), ("by_kind", "Kind")):
+        rows = [
+            [
+                _cell(g["name"], text=True),
+                _cell(f"{g['calls']:,}"),
+                _cell(tokens(g["input_tokens"])),
+                _cell(tokens(g["cached_tokens"])),
+                _cell(tokens(g["output_tokens"])),
+                _cell(cost_of(g)),
+                _cell(millis(g["latency_ms"]["p50"])),
+                _cell(millis(g["latency_ms"]["p95"])),
+            ]
+            for g in doc[dim]
         ]
-        for dim in ("by_model", "by_platform", "by_kind")
-        for g in doc[dim]
-    ]
-    parts.append("<h2>Models, platforms, call kinds</h2>")
-    parts.append(_table(["", "Calls", "Input", "Output", "Cost", "p50", "p95"], rows))
+        parts.append(f"<h2>By {heading.lower()}</h2>")
+        headers = [heading, "Calls", "Input", "Cached", "Output", "Cost", "p50", "p95"]
+        parts.append(_table(headers, rows))
     if doc["top_sessions"]:
         rows = [
             [
@@ -165,7 +168,7 @@ def _tables(doc: dict[str, Any]) -> str:
                 _cell(s["platform"], text=True),
                 _cell(f"{s['calls']:,}"),
                 _cell(tokens(s["tokens"])),
-                _cell(money(s["cost"], s["cost_complete"])),
+                _cell(cost_of(s)),
             ]
             for s in doc["top_sessions"]
         ]
@@ -177,7 +180,7 @@ def _tables(doc: dict[str, Any]) -> str:
                 _cell(c["name"] or f"{c['job_id']} (removed)", text=True),
                 _cell(f"{c['calls']:,}"),
                 _cell(tokens(c["tokens"])),
-                _cell(money(c["cost"], c["cost_complete"])),
+                _cell(cost_of(c)),
             ]
             for c in doc["cron"]
         ]
@@ -202,8 +205,8 @@ def _cards(doc: dict[str, Any]) -> str:
     note = ""
     if t["unpriced_calls"]:
         note = (
-            f'<p class="note">{t["unpriced_calls"]:,} calls went to models without a price; '
-            "their cost is not included (set pricing: in config.yaml).</p>"
+            f'<p class="note">{plural(t["unpriced_calls"], "call")} went to models without a '
+            "price; their cost is not included (set pricing: in config.yaml).</p>"
         )
     return f'<div class="cards">{body}</div>{note}'
 
