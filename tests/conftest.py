@@ -74,5 +74,12 @@ def redis_url() -> str:
 
 @pytest.fixture
 def postgres_url() -> str:
+    """This checkout's database on the local PostgreSQL, created when it is missing."""
     service_or_skip("PostgreSQL", "127.0.0.1", 5432)
+    import psycopg
+
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as db:
+        found = db.execute("SELECT 1 FROM pg_database WHERE datname = %s", (POSTGRES_DB,))
+        if found.fetchone() is None:
+            db.execute(f'CREATE DATABASE "{POSTGRES_DB}"')
     return f"postgresql://postgres@127.0.0.1:5432/{POSTGRES_DB}"
