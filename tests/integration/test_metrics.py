@@ -4,6 +4,7 @@ real Redis, real HTTP), changing as turns flow; a prefork worker sums its childr
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,30 @@ def test_a_prefork_worker_serves_the_sum_of_its_children(
             codes = [proc.stop() for proc in reversed(procs)]
     assert codes == [0, 0], "\n".join(p.output() for p in procs)
     assert files, "prefork children count in the multiprocess directory under HERMES_HOME/run"
+
+
+@pytest.mark.timeout(180)
+def test_receivers_sharing_a_port_answer_for_each_other(
+    env: dict[str, str], hermes_home: Path
+) -> None:
+    """As `hermes up` runs them: one directory of metric files, so whichever receiver process the
+    kernel hands a scrape to, it counts every turn the others recorded."""
+    port = int(env["HERMES_GATEWAY__PORT"])
+    shared = hermes_home / "run" / "metrics" / "gateway"
+    shared.mkdir(parents=True)
+    env = {**env, "PROMETHEUS_MULTIPROC_DIR": str(shared)}
+    procs = [start_gateway(env, hermes_home, "telegram", port)]
+    try:
+        second = Proc(env, hermes_home / "gateway-2.log", "gateway", "telegram", "-l", "INFO")
+        procs.append(second)
+        wait_for(lambda: "hermes gateway telegram on" in second.output(), timeout=30)
+        time.sleep(0.5)  # listening
+        for n in range(1, 17):  # new connections: the kernel spreads them (all 16 to one
+            _post(port, n, f"turn {n}")  # of the two: 1 in 2**15)
+        seen = {value(scrape(f"http://127.0.0.1:{port}/metrics"), "hermes_turns_accepted_total",
+                      platform="telegram") for _ in range(8)}  # fmt: skip
+    finally:
+        codes = [proc.stop() for proc in reversed(procs)]
+    assert codes == [0, 0], "\n".join(p.output() for p in procs)
+    assert seen == {16.0}
+    assert len({p.name for p in shared.glob("counter_*.db")}) == 2  # both counted
