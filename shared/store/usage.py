@@ -18,11 +18,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Table, insert
+from sqlalchemy import Connection, Table, bindparam, insert
 from sqlalchemy.dialects import postgresql, sqlite
 
 from shared.pricing import Pricing
 from shared.store.errors import StoreError
+from shared.store.prepared import Prepared
 from shared.store.schema import (
     HOUR_COLUMNS,
     LATENCY_COLUMNS,
@@ -120,27 +121,60 @@ def _daily(items: Sequence[Priced]) -> dict[str, Any]:
     return values
 
 
-def _upsert(
-    conn: Connection,
-    table: Table,
-    key: dict[str, Any],
-    adds: dict[str, Any],
-    fixed: dict[str, Any] | None = None,
-) -> None:
-    """Insert the row at `key` (with `fixed`), or add `adds` to the one there: one statement."""
-    dialect = conn.dialect.name
-    if dialect == "sqlite":
-        stmt: Any = sqlite.insert(table)
-    elif dialect == "postgresql":
-        stmt = postgresql.insert(table)
-    else:  # pragma: no cover - the store runs on these two
-        raise StoreError(f"the usage ledger has no upsert for {dialect}")
-    stmt = stmt.values({**key, **adds, **(fixed or {})})
-    stmt = stmt.on_conflict_do_update(
-        index_elements=list(key),
-        set_={name: table.c[name] + stmt.excluded[name] for name in adds},
-    )
-    conn.execute(stmt)
+class _Upsert:
+    """Insert a rollup row, or add to the one at its key: built once per table, one statement
+    per dialect (SQLite's runs on the driver's cursor, see prepared.py)."""
+
+    def __init__(
+        self, table: Table, keys: Sequence[str], adds: Sequence[str], fixed: Sequence[str] = ()
+    ):
+        columns = [*keys, *adds, *fixed]
+        self._by_dialect: dict[str, Any] = {}
+        for name, module in (("sqlite", sqlite), ("postgresql", postgresql)):
+            stmt: Any = module.insert(table).values({c: bindparam(c) for c in columns})
+            stmt = stmt.on_conflict_do_update(
+                index_elements=list(keys),
+                set_={c: table.c[c] + stmt.excluded[c] for c in adds},
+            )
+            self._by_dialect[name] = Prepared(stmt) if name == "sqlite" else stmt
+
+    def run(self, conn: Connection, values: dict[str, Any]) -> None:
+        found = self._by_dialect.get(conn.dialect.name)
+        if found is None:  # pragma: no cover - the store runs on these two
+            raise StoreError(f"the usage ledger has no upsert for {conn.dialect.name}")
+        if isinstance(found, Prepared):
+            found.rowcount(conn, values)
+        else:
+            conn.execute(found, values)
+
+
+_DAILY = _Upsert(
+    usage_daily,
+    ("day", "platform", "model", "kind"),
+    (*SUM_COLUMNS, "latency_ms", *LATENCY_COLUMNS, *HOUR_COLUMNS),
+)
+_SESSIONS = _Upsert(
+    usage_sessions, ("day", "session_id", "platform", "model"), SUM_COLUMNS, ("cron_job",)
+)
+_TOOLS = _Upsert(usage_tools, ("day", "platform", "model", "tool"), ("calls", "failures"))
+_LEDGER_COLUMNS = (
+    "at",
+    "session_id",
+    "turn_id",
+    "platform",
+    "model",
+    "kind",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "estimated",
+    "latency_ms",
+    "cost",
+    "cron_job",
+    "tools",
+)
+_INSERT = Prepared(insert(usage_ledger).values({c: bindparam(c) for c in _LEDGER_COLUMNS}))
 
 
 def record(conn: Connection, calls: Sequence[ModelCall], where: Where, pricing: Pricing) -> None:
@@ -151,7 +185,8 @@ def record(conn: Connection, calls: Sequence[ModelCall], where: Where, pricing: 
         Priced(c, pricing.cost(c.model, c.input_tokens, c.output_tokens, c.cached_tokens))
         for c in calls
     ]
-    conn.execute(insert(usage_ledger), [_ledger_row(where, item) for item in items])
+    for item in items:
+        _INSERT.rowcount(conn, _ledger_row(where, item))
     daily: dict[tuple[int, str, str], list[Priced]] = defaultdict(list)
     per_session: dict[tuple[int, str], list[Priced]] = defaultdict(list)
     tools: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0])
@@ -166,11 +201,11 @@ def record(conn: Connection, calls: Sequence[ModelCall], where: Where, pricing: 
     platform = where.platform
     for (day, model, kind), group in sorted(daily.items()):
         key = {"day": day, "platform": platform, "model": model, "kind": kind}
-        _upsert(conn, usage_daily, key, _daily(group))
+        _DAILY.run(conn, {**key, **_daily(group)})
     if where.session_id is not None:
         for (day, model), group in sorted(per_session.items()):
             key = {"day": day, "session_id": where.session_id, "platform": platform, "model": model}
-            _upsert(conn, usage_sessions, key, _sums(group), {"cron_job": where.cron_job})
+            _SESSIONS.run(conn, {**key, **_sums(group), "cron_job": where.cron_job})
     for (day, model, tool), (count, failed) in sorted(tools.items()):
         key = {"day": day, "platform": platform, "model": model, "tool": tool}
-        _upsert(conn, usage_tools, key, {"calls": count, "failures": failed})
+        _TOOLS.run(conn, {**key, "calls": count, "failures": failed})
