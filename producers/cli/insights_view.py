@@ -161,6 +161,9 @@ def _group_table(
             trend = g["daily_cost"] if top_cost > 0 else g["daily_tokens"]
             cells.append(Text(sparkline(trend), "cyan"))
         table.add_row(*cells)
+    for column in table.columns[1:]:  # numbers and charts keep their width; names give way
+        column.min_width = max((len(str(cell)) for cell in column.cells), default=0)
+        column.min_width = max(column.min_width, len(str(column.header)))
     return table
 
 
