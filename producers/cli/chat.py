@@ -19,34 +19,16 @@ from rich.console import Console
 
 from producers.cli.app import App, fail, pass_app
 from producers.cli.chat_client import NothingToResume, TerminalChat
+from producers.cli.chat_options import continue_option, resume_option
 from producers.cli.chat_stack import ChatStack, WorkerExited
 from producers.cli.startup import on_chat_start
 from producers.stack.embedded_redis import EmbeddedRedisError
 from producers.wake import BrokerWaker, broker_client
 from shared.turns import Attachment
 
-CONTINUE_HELP = "Resume the latest terminal session, or the newest in NAME's lineage."
-RESUME_HELP = "Resume a session by id, unique id prefix or title."
 TITLE_WAIT_SECONDS = 2.0
 TITLE_POLL_SECONDS = 0.1
 CHORES_WAIT_SECONDS = 5.0
-
-
-def continue_option(func):  # type: ignore[no-untyped-def]
-    return click.option(
-        "-c",
-        "--continue",
-        "continue_",
-        is_flag=False,
-        flag_value="",
-        default=None,
-        metavar="[NAME]",
-        help=CONTINUE_HELP,
-    )(func)
-
-
-def resume_option(func):  # type: ignore[no-untyped-def]
-    return click.option("-r", "--resume", metavar="ID|PREFIX|TITLE", help=RESUME_HELP)(func)
 
 
 def attachment_for(path: str) -> Attachment:

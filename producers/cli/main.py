@@ -6,21 +6,27 @@ import click
 from sqlalchemy.exc import DatabaseError
 
 from producers.cli.app import EXPECTED_ERRORS, USER_ERRORS, App
-from producers.cli.chat import chat, continue_option, resume_option, run_chat
-from producers.cli.cron import cron_group
-from producers.cli.db import db
-from producers.cli.insights import insights
+from producers.cli.chat_options import continue_option, resume_option
 from producers.cli.legacy import import_legacy_cmd
 from producers.cli.plugins import PluginGroup
 from producers.cli.search import search
 from producers.cli.sessions import sessions
-from producers.cli.status import status
-from producers.cli.up import up
 from shared import __version__
+
+# Loaded when named: the chat alone costs a third of start-up (stack, Celery client, Rich live).
+LAZY_COMMANDS = {
+    "chat": "producers.cli.chat:chat",
+    "up": "producers.cli.up:up",
+    "status": "producers.cli.status:status",
+    "cron": "producers.cli.cron:cron_group",
+    "db": "producers.cli.db:db",
+    "insights": "producers.cli.insights:insights",
+}
 
 
 @click.group(
     cls=PluginGroup,
+    lazy=LAZY_COMMANDS,
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -39,6 +45,8 @@ def cli(ctx: click.Context, continue_: str | None, resume: str | None) -> None:
     named, resumable, searchable and exportable.
     """
     if ctx.invoked_subcommand is None:
+        from producers.cli.chat import run_chat
+
         run_chat(ctx.ensure_object(App), continue_=continue_, resume=resume)
     elif continue_ is not None or resume is not None:
         raise click.UsageError(
@@ -47,13 +55,7 @@ def cli(ctx: click.Context, continue_: str | None, resume: str | None) -> None:
         )
 
 
-cli.add_command(chat)
 cli.add_command(sessions)
-cli.add_command(db)
-cli.add_command(up)
-cli.add_command(status)
-cli.add_command(cron_group)
-cli.add_command(insights)
 sessions.add_command(search)
 sessions.add_command(import_legacy_cmd)
 
