@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import fcntl
+import logging
 import os
 import sys
 import time
@@ -95,6 +96,7 @@ def worker(
     metrics = _metrics(settings, port, pool, hostname) if port else None
     app = create_app(settings, metrics)
     argv = [
+        *(["--quiet"] if _quiet(loglevel) else []),
         "worker",
         "--pool",
         pool,
@@ -110,6 +112,15 @@ def worker(
         "--without-mingle",
     ]
     app.worker_main(argv)
+
+
+def _quiet(loglevel: str) -> bool:
+    """No start-up banner when only warnings are wanted (`hermes up` runs its roles so)."""
+    return logging.getLevelName(loglevel.upper()) in (
+        logging.WARNING,
+        logging.ERROR,
+        logging.CRITICAL,
+    )
 
 
 def refuse_missing_sdks(platforms: list[str]) -> None:
@@ -168,6 +179,7 @@ def beat(ctx: click.Context, loglevel: str) -> None:
     try:
         app.Beat(
             loglevel=loglevel,
+            quiet=_quiet(loglevel),
             schedule=str(settings.run_dir / "celerybeat-schedule"),
             pidfile=None,
         ).run()
