@@ -18,6 +18,7 @@ from typing import Any
 
 from producers.discord.translate import BadMessage, Ignored, translate
 from producers.gateway.context import Gateway
+from shared.surrogates import scrub
 from shared.turns import InboundTurn, TurnRejected
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,8 @@ class DiscordReceiver:
         if '"MESSAGE_CREATE"' not in raw:
             return
         try:
-            frame = json.loads(raw)
-        except ValueError:
+            frame = scrub(json.loads(raw))
+        except (ValueError, RecursionError):
             return
         if frame.get("t") == "MESSAGE_CREATE" and isinstance(frame.get("d"), dict):
             try:

@@ -8,6 +8,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from shared.surrogates import scrub_body
+
 MAX_BODY = 1024 * 1024  # 1 MiB: Telegram updates and Slack events are a few KiB
 
 
@@ -47,10 +49,13 @@ def media_type(request: Request) -> str:
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
+    """The body's JSON object, every string in it storable (shared.surrogates), or BadRequest."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise BadRequest(400, "malformed JSON") from None
+    except RecursionError:  # ~1,000 levels: no platform nests anything near that
+        raise BadRequest(400, "JSON nested too deep") from None
     if not isinstance(data, dict):
         raise BadRequest(400, "the body must be a JSON object")
-    return data
+    return scrub_body(body, data)  # type: ignore[no-any-return]

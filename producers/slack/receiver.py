@@ -28,6 +28,7 @@ from producers.gateway.context import Gateway
 from producers.slack.signature import BadSignature, verify
 from producers.slack.translate import BadEvent, Ignored, translate, translate_command
 from shared.platforms import DM
+from shared.surrogates import scrub
 from shared.turns import InboundTurn, TurnRejected
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,7 @@ async def run_socket_mode(
 
     async def on_request(client: SocketModeClient, req: SocketModeRequest) -> None:
         payload: dict[str, Any] | None = None
+        scrub(req.payload)
         try:
             if req.type == "events_api":
                 refusal = await receiver.handle_event(req.payload)

@@ -11,6 +11,7 @@ import hmac
 
 VERSION = "v0"
 WINDOW_SECONDS = 5 * 60
+MAX_TIMESTAMP_DIGITS = 12  # seconds since 1970 for the next 30,000 years
 
 
 class BadSignature(ValueError):
@@ -28,10 +29,9 @@ def verify(
     """Raise BadSignature unless `signature` signs `body` at a `timestamp` near `now`."""
     if not timestamp or not signature:
         raise BadSignature("missing X-Slack-Request-Timestamp or X-Slack-Signature")
-    try:
-        sent = int(timestamp)
-    except ValueError:
-        raise BadSignature("X-Slack-Request-Timestamp is not a number") from None
+    if not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > MAX_TIMESTAMP_DIGITS:
+        raise BadSignature("X-Slack-Request-Timestamp is not a Unix time")
+    sent = int(timestamp)
     if abs(now - sent) > WINDOW_SECONDS:
         raise BadSignature("stale timestamp (more than five minutes from now)")
     expected = sign(secret, timestamp, body)

@@ -123,9 +123,14 @@ def translate(payload: Any) -> InboundTurn | Ignored:
     if not isinstance(event, dict):
         raise BadEvent("event must be an object")
     kind = event.get("type")
+    if not isinstance(kind, str):
+        raise BadEvent("event.type must be a string")
     if kind not in TURN_EVENTS:
         return Ignored(f"{kind!s} events are not turns")
-    if event.get("subtype") not in KEPT_SUBTYPES:
+    subtype = event.get("subtype")
+    if subtype is not None and not isinstance(subtype, str):
+        raise BadEvent("event.subtype must be a string")
+    if subtype not in KEPT_SUBTYPES:
         return Ignored(f"message subtype {event.get('subtype')} is not a turn")
     bot = bot_user_of(payload)
     if event.get("bot_id") or (bot is not None and event.get("user") == bot):

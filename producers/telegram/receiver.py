@@ -35,6 +35,8 @@ from producers.telegram.translate import (
     translate,
 )
 from shared.store import chats
+from shared.store.errors import is_transient
+from shared.surrogates import scrub
 from shared.turns import InboundTurn, TurnRejected
 
 log = logging.getLogger(__name__)
@@ -168,7 +170,7 @@ class TelegramPoller:
                 await asyncio.sleep(backoff)
                 backoff = min(BACKOFF_MAX, backoff * 2)
                 continue
-            if await self._take(bot, [u.to_dict() for u in updates]):
+            if await self._take(bot, [scrub(u.to_dict()) for u in updates]):
                 backoff = 1.0
             else:
                 await asyncio.sleep(backoff)
@@ -183,12 +185,22 @@ class TelegramPoller:
                 log.warning("skipping a malformed update: %s", exc.reason)
                 reply = None
             except Exception as exc:
-                log.warning(
-                    "could not record update %s (%s); will fetch it again",
+                if is_transient(exc):
+                    log.warning(
+                        "could not record update %s (%s); will fetch it again",
+                        update.get("update_id"),
+                        exc,
+                    )
+                    return False
+                # Fails the same way every time: holding the offset would stop every update
+                # behind it from ever being recorded.
+                log.error(
+                    "update %s cannot be recorded (%s: %s); skipped",
                     update.get("update_id"),
+                    type(exc).__name__,
                     exc,
                 )
-                return False
+                reply = None
             if reply is not None:
                 try:
                     await bot.send_message(

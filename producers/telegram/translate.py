@@ -18,12 +18,14 @@ Pure: no I/O, no SDK. Decisions it pins (golden files in tests/fixtures/telegram
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from shared.platforms import DM, GROUP, TELEGRAM
 from shared.turns import Attachment, InboundTurn
 
+INTEGER_ID = re.compile(r"-?[0-9]{1,20}")
 CHAT_TYPES = {"private": DM, "group": GROUP, "supergroup": GROUP}
 IGNORED_KINDS = {
     "edited_message": "edited message: the original was answered",
@@ -69,9 +71,14 @@ def update_id(update: Any) -> int:
 
 
 def _id(value: Any, what: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | str) or value == "":
-        raise BadUpdate(f"{what} must be an id")
-    return str(value)
+    """Telegram's ids are integers (chats negative for groups); the sender later sends them as
+    such, so anything else is refused here rather than failing every delivery attempt."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise BadUpdate(f"{what} must be an integer id")
+    text = str(value)
+    if not INTEGER_ID.fullmatch(text):
+        raise BadUpdate(f"{what} must be an integer id")
+    return text
 
 
 def _name(user: dict[str, Any]) -> str | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sqlalchemy import exc as sa_exc
+
 
 class StoreError(RuntimeError):
     """state.db cannot be used: corrupt, not ours, too new, or not writable."""
@@ -30,3 +32,14 @@ class TitleInUse(ValueError):
         super().__init__(f"Title '{title}' is already used by session {holder}.")
         self.title = title
         self.holder = holder
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether trying the same write again later can succeed: the database busy, gone or full.
+
+    Anything else (a value the database refuses, a bug) fails the same way every time, so a
+    caller that would retry forever (a long-polling receiver) must skip it instead.
+    """
+    return isinstance(
+        error, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError | OSError
+    ) or (isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated)

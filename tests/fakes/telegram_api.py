@@ -153,7 +153,9 @@ class FakeTelegram:
                 self.updates = [u for u in self.updates if u["update_id"] >= offset]
                 ready = list(self.updates)
             if ready or time.monotonic() >= deadline:
-                return JSONResponse({"ok": True, "result": ready})
+                # ASCII-escaped, so an update can carry what UTF-8 cannot (a lone surrogate)
+                answer = json.dumps({"ok": True, "result": ready})
+                return Response(answer, media_type="application/json")
             await asyncio.sleep(0.02)
 
     async def download(self, request: Request) -> Response:

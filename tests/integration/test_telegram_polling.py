@@ -4,11 +4,13 @@ offset moves past an update only once it is recorded."""
 from __future__ import annotations
 
 import copy
+import sqlite3
 import time
 from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from producers.gateway.context import Gateway
 from producers.telegram.receiver import TelegramPoller, TelegramReceiver
@@ -56,7 +58,9 @@ def test_polling_keeps_pending_updates_and_advances_only_after_recording(
         async def flaky(turn: Any) -> Any:
             if turn.text == "second pending" and failures["left"] > 0:
                 failures["left"] -= 1
-                raise RuntimeError("database is locked")
+                raise OperationalError(
+                    "INSERT INTO inbox …", {}, sqlite3.OperationalError("database is locked")
+                )
             return await real(turn)
 
         monkeypatch.setattr(gateway, "record", flaky)
