@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Column, Connection, Float, Integer, Row, exc, func, insert, select, update
 
+from shared.ids import is_safe_session_id
 from shared.store.engine import Store
 from shared.store.errors import TitleInUse
 from shared.store.schema import messages, sessions
@@ -146,9 +147,13 @@ def _check_value(column: Column[Any], value: Any, where: str) -> Any:
     if isinstance(column.type, Float):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise BadLine(f"{where} must be a number")
-        if not math.isfinite(value):
+        try:
+            number = float(value)  # an integer like 10**400 has no float
+        except OverflowError:
+            raise BadLine(f"{where} must be a finite number") from None
+        if not math.isfinite(number):
             raise BadLine(f"{where} must be a finite number")
-        return float(value)
+        return number
     if not isinstance(value, str):
         raise BadLine(f"{where} must be a string")
     return _utf8(value, where)
@@ -207,6 +212,12 @@ def _session_values(doc: dict[str, Any]) -> dict[str, Any]:
     for name in ("id", "source"):
         if not values[name].strip():
             raise BadLine(f"{name} cannot be empty")
+    for name in ("id", "parent_session_id"):
+        if values.get(name) is not None and not is_safe_session_id(values[name]):
+            raise BadLine(
+                f"{name} {values[name][:80]!r} is not a session id (letters, digits and _.:@+- "
+                "only, up to 128, no '..')"
+            )
     for name in TOKEN_COLUMNS:
         if values.get(name, 0) < 0:
             raise BadLine(f"{name} cannot be negative")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from shared.ids import is_safe_session_id
 from shared.platforms import CLI
 from shared.settings import Settings
 from shared.store.inbox import TurnRow
@@ -272,6 +273,8 @@ class MediaProcessor:
         return f"[document: {name}]\n{text}"
 
     def _save(self, session_id: str, index: int, name: str, data: bytes) -> Path:
+        if not is_safe_session_id(session_id):  # the import refuses such ids; never a path out
+            raise ValueError(f"session id {session_id!r} cannot name a media folder")
         folder = self._dir / session_id
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = folder / f"{index + 1}-{_safe_name(name)}"
