@@ -38,6 +38,7 @@ class FakeSlack:
     scripts: dict[str, deque[str]] = field(default_factory=lambda: defaultdict(deque))
     served: Served | None = None
     files: dict[str, bytes] = field(default_factory=dict)  # name → content (url_private)
+    downloads: list[tuple[str, str | None]] = field(default_factory=list)  # (name, Authorization)
     _ts: Any = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -92,6 +93,10 @@ class FakeSlack:
         )
 
     async def download(self, request: Request) -> Response:
+        with self._lock:
+            self.downloads.append(
+                (request.path_params["name"], request.headers.get("authorization"))
+            )
         if request.headers.get("authorization") != f"Bearer {self.token}":
             return Response(b"<html>sign in</html>", status_code=302, headers={"location": "/"})
         name = request.path_params["name"]

@@ -9,6 +9,7 @@ from shared.turns import Attachment
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram
 from workers.delivery.fetch import (
+    SLACK_HOSTS,
     FetchFailed,
     TelegramFetcher,
     UrlFetcher,
@@ -44,7 +45,8 @@ def test_slack_private_urls_need_the_token() -> None:
     with FakeSlack("xoxb-fetch-secret") as fake:
         fake.files["notes.txt"] = b"meeting notes"
         url = f"{fake.api_base.removesuffix('/api/')}/files-pri/notes.txt"
-        good, anonymous = UrlFetcher(token="xoxb-fetch-secret"), UrlFetcher()
+        good = UrlFetcher(token="xoxb-fetch-secret", hosts=SLACK_HOSTS, api_base=fake.api_base)
+        anonymous = UrlFetcher()
         try:
             doc = Attachment("document", "notes.txt", "text/plain", url, None, 13)
             assert good.fetch(doc, 1000) == b"meeting notes"
@@ -69,3 +71,34 @@ def test_fetchers_exist_for_platforms_with_a_token(hermes_env: dict[str, str]) -
     finally:
         for fetcher in found.values():
             fetcher.close()
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "{other}/files-pri/notes.txt",  # another server on this machine (another origin)
+        "http://files.slack.com/files-pri/notes.txt",  # Slack's host, but plain http
+        "https://files.slack.com.evil.example/files-pri/notes.txt",
+        "https://notslack.com/files-pri/notes.txt",
+    ],
+)
+def test_the_slack_token_goes_only_to_slack(where: str) -> None:
+    with FakeSlack("xoxb-fetch-secret") as fake, FakeSlack("someone-else") as other:
+        other.files["notes.txt"] = b"bait"
+        url = where.format(other=other.api_base.removesuffix("/api/"))
+        fetcher = UrlFetcher(token="xoxb-fetch-secret", hosts=SLACK_HOSTS, api_base=fake.api_base)
+        try:
+            with pytest.raises(FetchFailed, match="no credentials sent"):
+                fetcher.fetch(Attachment("document", "notes.txt", "text/plain", url), 1000)
+        finally:
+            fetcher.close()
+        assert other.downloads == [] and fake.downloads == []
+
+
+def test_slacks_own_https_hosts_and_subdomains_may_carry_the_token() -> None:
+    fetcher = UrlFetcher(token="xoxb-t", hosts=SLACK_HOSTS, api_base="https://slack.com/api/")
+    try:
+        for url in ("https://files.slack.com/files-pri/T1/x", "https://slack.com/x"):
+            assert fetcher.may_carry_token(url), url
+    finally:
+        fetcher.close()

@@ -3,7 +3,9 @@
 - Telegram: the turn holds `telegram:file/<file_id>`; `getFile` gives a path, downloaded from
   the Bot API's file root (`…/file/bot<token>/<path>`, derived from `api_base`). The token is
   in that URL, so it is never logged or stored, and errors are redacted.
-- Slack: `url_private`, with the bot token as a bearer header.
+- Slack: `url_private`, with the bot token as a bearer header — only to Slack's own https
+  hosts (`slack.com` and its subdomains) or the host of the configured `api_base`; a URL
+  elsewhere in a (signed) event is refused, never sent the token.
 - Discord: the attachment's CDN URL (signed; no credentials).
 
 Every download streams and stops at `max_bytes`. `register_platform_fetchers` adds those whose
@@ -12,7 +14,9 @@ platform has a token to a workers.agent.media.Fetchers registry.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -21,6 +25,7 @@ from shared.turns import Attachment
 
 TIMEOUT = 30.0
 TELEGRAM_PREFIX = "telegram:file/"
+SLACK_HOSTS = ("slack.com",)
 
 
 class FetchFailed(Exception):
@@ -78,16 +83,49 @@ class TelegramFetcher:
         self._client.close()
 
 
-class UrlFetcher:
-    """Slack's url_private (bearer token); with no token, a plain GET (Discord's CDN)."""
+def credential_origins(hosts: Iterable[str], api_base: str | None) -> tuple[set[str], set[str]]:
+    """(https hosts, origins like 'http://127.0.0.1:8000') a platform's token may be sent to."""
+    origins: set[str] = set()
+    if api_base:
+        parts = urlsplit(api_base)
+        origins.add(f"{parts.scheme}://{parts.netloc}".lower())
+    return {h.lower() for h in hosts}, origins
 
-    def __init__(self, *, token: str | None = None) -> None:
+
+class UrlFetcher:
+    """Slack's url_private (bearer token); with no token, a plain GET (Discord's CDN).
+
+    With a token, the URL must be https on one of `hosts` (or a subdomain) or share the
+    origin of the configured API base; httpx drops the header itself on a redirect that
+    leaves the origin.
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        hosts: Iterable[str] = (),
+        api_base: str | None = None,
+    ) -> None:
         self._token = token
+        self._hosts, self._origins = credential_origins(hosts, api_base)
         self._client = httpx.Client(timeout=TIMEOUT, follow_redirects=True)
+
+    def may_carry_token(self, url: str) -> bool:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        if f"{parts.scheme}://{parts.netloc}".lower() in self._origins:
+            return True
+        return parts.scheme == "https" and any(
+            host == known or host.endswith("." + known) for known in self._hosts
+        )
 
     def fetch(self, attachment: Attachment, max_bytes: int) -> bytes:
         if not attachment.url or not attachment.url.startswith(("https://", "http://")):
             raise FetchFailed("no download URL")
+        if self._token and not self.may_carry_token(attachment.url):
+            host = urlsplit(attachment.url).hostname or "?"
+            raise FetchFailed(f"not fetched: {host} is not the platform's (no credentials sent)")
         if attachment.size is not None and attachment.size > max_bytes:
             raise FetchFailed(f"{attachment.size} bytes is over the {max_bytes}-byte limit")
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
@@ -117,7 +155,9 @@ def platform_fetchers(settings: Settings) -> dict[str, Any]:
             api_base=telegram.api_base or "https://api.telegram.org/bot",
         )
     if slack.enabled and slack.token is not None:
-        found["slack"] = UrlFetcher(token=slack.token.get_secret_value())
+        found["slack"] = UrlFetcher(
+            token=slack.token.get_secret_value(), hosts=SLACK_HOSTS, api_base=slack.api_base
+        )
     if discord.enabled and discord.token is not None:
         found["discord"] = UrlFetcher()
     return found
