@@ -8,7 +8,9 @@ from typing import Any
 
 from shared.search.backend import Order
 from shared.store.visibility import Viewer
+from shared.surrogates import storable
 
+MAX_ROW_ID = 2**63 - 1  # no row id is larger; a bigger one cannot be bound
 DEFAULT_LIMIT = 3
 MAX_LIMIT = 10
 BROWSE_LIMIT = 10
@@ -79,7 +81,7 @@ class SearchRequest:
         request = cls(
             query=_text(args, "query"),
             session_id=_text(args, "session_id"),
-            around_message_id=_int(args, "around_message_id", None, 1, None),
+            around_message_id=_int(args, "around_message_id", None, 1, MAX_ROW_ID),
             window=_int(args, "window", DEFAULT_WINDOW, 0, MAX_WINDOW) or 0,
             limit=_int(args, "limit", None, 1, MAX_LIMIT),
             sort=_text(args, "sort"),
@@ -131,6 +133,7 @@ def _text(args: Mapping[str, Any], name: str) -> str | None:
         value = str(value)
     if not isinstance(value, str):
         raise RequestError(f"{name} must be a string, not {type(value).__name__}")
+    value = storable(value)  # a lone surrogate cannot be bound to a statement; it matches nothing
     return value if name == "query" else (value.strip() or None)
 
 
