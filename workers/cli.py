@@ -201,6 +201,13 @@ def _single_beat_lock(path: Path) -> IO[str]:
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
+def _credentials_ok(basic_auth: str) -> bool:
+    """Flower's `user:password[,user:password…]` with no empty user or password (":" passed,
+    and Flower then let an empty Authorization in)."""
+    pairs = [pair.partition(":") for pair in basic_auth.split(",")]
+    return all(user.strip() and sep and password.strip() for user, sep, password in pairs)
+
+
 @click.command()
 @click.option("--address", help="Listen address (default flower.address).")
 @click.option("--port", type=click.IntRange(1, 65535), help="Port (default flower.port).")
@@ -214,8 +221,11 @@ def flower(ctx: click.Context, address: str | None, port: int | None) -> None:
         raise click.UsageError(
             f"flower on {where} needs flower.basic_auth (HERMES_FLOWER__BASIC_AUTH=user:password)"
         )
-    if auth is not None and ":" not in auth.get_secret_value():
-        raise click.UsageError("flower.basic_auth must look like user:password")
+    if auth is not None and not _credentials_ok(auth.get_secret_value()):
+        raise click.UsageError(
+            "flower.basic_auth must look like user:password (both non-empty; several "
+            "separated by commas)"
+        )
     app = create_app(settings)
     argv = ["flower", f"--address={where}", f"--port={port or settings.flower.port}"]
     if auth is not None:

@@ -151,3 +151,21 @@ def _up(base: str) -> bool:
         return httpx.get(f"{base}/healthcheck", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+@pytest.mark.parametrize("auth", [":", "ops:", ":secret", "ops:secret,:", " : "])
+def test_flower_refuses_empty_credentials_before_it_listens(
+    hermes_env: dict[str, str], auth: str
+) -> None:
+    port = free_port()
+    env = {**hermes_env, "HERMES_FLOWER__BASIC_AUTH": auth, "HERMES_FLOWER__PORT": str(port)}
+    done = subprocess.run(
+        [sys.executable, "-m", "producers.cli.main", "flower", "--address", "0.0.0.0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "flower.basic_auth must look like user:password (both non-empty" in done.stderr
