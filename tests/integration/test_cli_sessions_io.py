@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import stat
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,6 +18,7 @@ from tests.integration.test_cli_sessions_support import (
     NOW,
     Msg,
     Seed,
+    good,
     hermes,
     invoke,
     message_total,
@@ -232,17 +232,6 @@ def test_reimport_is_idempotent(
     invoke(other, ["sessions", "import", str(path)])
     twice = invoke(other, ["sessions", "import", str(path)])
     assert "Imported 0 sessions (0 messages), skipped 3 already present" in twice.output
-
-
-def good(session_id: str, **extra: Any) -> str:
-    doc = {
-        "id": session_id,
-        "source": "cli",
-        "started_at": NOW,
-        "messages": [{"role": "user", "content": f"hi from {session_id}", "timestamp": NOW}],
-        **extra,
-    }
-    return json.dumps(doc, ensure_ascii=False)
 
 
 BAD_LINES = {

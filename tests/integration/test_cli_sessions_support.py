@@ -134,3 +134,15 @@ def session_ids(store: Store) -> list[str]:
 def message_total(store: Store) -> int:
     with store.read() as conn:
         return int(conn.execute(select(func.count()).select_from(messages)).scalar_one())
+
+
+def good(session_id: str, **extra: Any) -> str:
+    """One valid `sessions import` line: a cli session with one user message."""
+    doc = {
+        "id": session_id,
+        "source": "cli",
+        "started_at": NOW,
+        "messages": [{"role": "user", "content": f"hi from {session_id}", "timestamp": NOW}],
+        **extra,
+    }
+    return json.dumps(doc, ensure_ascii=False)

@@ -189,6 +189,15 @@ def test_a_telegram_id_that_is_not_an_integer_is_a_400(
 # --- long polling: one update never holds back the ones behind it ---
 
 
+def polling(
+    hermes_env: dict[str, str], store: Store, fake: FakeTelegram
+) -> tuple[Gateway, TelegramPoller]:
+    settings = load_settings({**hermes_env, "HERMES_PLATFORMS__TELEGRAM__TOKEN": TG_TOKEN})
+    gateway = Gateway(settings, store, RecordingWaker(), time.time)
+    receiver = TelegramReceiver(gateway, token=TG_TOKEN, secret=None)
+    return gateway, TelegramPoller(receiver, token=TG_TOKEN, api_base=fake.api_base, timeout=1)
+
+
 @pytest.mark.timeout(60)
 def test_polling_moves_past_an_unstorable_update_and_records_the_rest(
     hermes_env: dict[str, str], store: Store
@@ -197,10 +206,7 @@ def test_polling_moves_past_an_unstorable_update_and_records_the_rest(
         fake.add_update(tg_update(20, text="before"))
         fake.add_update(tg_update(21, text="broken \ud800 half", message_id=31))
         fake.add_update(tg_update(22, text="after", message_id=32))
-        settings = load_settings({**hermes_env, "HERMES_PLATFORMS__TELEGRAM__TOKEN": TG_TOKEN})
-        gateway = Gateway(settings, store, RecordingWaker(), time.time)
-        receiver = TelegramReceiver(gateway, token=TG_TOKEN, secret=None)
-        poller = TelegramPoller(receiver, token=TG_TOKEN, api_base=fake.api_base, timeout=1)
+        _, poller = polling(hermes_env, store, fake)
         with Background(poller.run):
             wait_for(lambda: poller.offset == 23, timeout=30)
     assert texts(store) == ["before", f"broken {REPLACEMENT} half", "after"]
@@ -216,10 +222,7 @@ def test_polling_skips_an_update_that_fails_the_same_way_every_time(
     with FakeTelegram(TG_TOKEN) as fake:
         fake.add_update(tg_update(40, text="poison", message_id=41))
         fake.add_update(tg_update(42, text="behind it", message_id=43))
-        settings = load_settings({**hermes_env, "HERMES_PLATFORMS__TELEGRAM__TOKEN": TG_TOKEN})
-        gateway = Gateway(settings, store, RecordingWaker(), time.time)
-        receiver = TelegramReceiver(gateway, token=TG_TOKEN, secret=None)
-        poller = TelegramPoller(receiver, token=TG_TOKEN, api_base=fake.api_base, timeout=1)
+        gateway, poller = polling(hermes_env, store, fake)
         real = gateway.record
 
         async def refuses_poison(turn: Any) -> Any:

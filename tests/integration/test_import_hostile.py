@@ -4,7 +4,6 @@ outside $HERMES_HOME."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +12,7 @@ import pytest
 from shared.ids import is_safe_session_id
 from shared.settings import Settings
 from shared.store import Store
-from tests.integration.test_cli_sessions_support import NOW, invoke, message_total, session_ids
-
-
-def line(session_id: str, **extra: Any) -> str:
-    doc = {
-        "id": session_id,
-        "source": "cli",
-        "started_at": NOW,
-        "messages": [{"role": "user", "content": f"hi from {session_id}", "timestamp": NOW}],
-        **extra,
-    }
-    return json.dumps(doc)
+from tests.integration.test_cli_sessions_support import good, invoke, message_total, session_ids
 
 
 def import_file(settings: Settings, tmp_path: Path, lines: list[str]) -> Any:
@@ -44,8 +32,8 @@ def import_file(settings: Settings, tmp_path: Path, lines: list[str]) -> Any:
 def test_a_number_too_big_for_a_float_is_one_bad_line(
     settings: Settings, store: Store, tmp_path: Path, bad: str, why: str
 ) -> None:
-    hostile = line("huge")[:-1] + ", " + bad + "}"  # a repeated key: json takes the last one
-    goods = [line(f"g{n}") for n in range(4)]
+    hostile = good("huge")[:-1] + ", " + bad + "}"  # a repeated key: json takes the last one
+    goods = [good(f"g{n}") for n in range(4)]
     result = import_file(settings, tmp_path, [goods[0], goods[1], hostile, goods[2], goods[3]])
     assert result.exit_code == 1
     assert result.stderr.startswith(f"line 3: {why}")
@@ -59,7 +47,7 @@ def test_a_number_too_big_for_a_float_is_one_bad_line(
 def test_an_id_that_could_name_a_path_is_refused(
     settings: Settings, store: Store, tmp_path: Path, bad_id: str
 ) -> None:
-    result = import_file(settings, tmp_path, [line("ok1"), line(bad_id), line("ok2")])
+    result = import_file(settings, tmp_path, [good("ok1"), good(bad_id), good("ok2")])
     assert result.exit_code == 1
     assert result.stderr.startswith("line 2: id ") and "is not a session id" in result.stderr
     assert session_ids(store) == ["ok1", "ok2"]
@@ -69,7 +57,7 @@ def test_an_id_that_could_name_a_path_is_refused(
 def test_a_parent_id_that_could_name_a_path_is_refused(
     settings: Settings, store: Store, tmp_path: Path
 ) -> None:
-    result = import_file(settings, tmp_path, [line("child", parent_session_id="../../etc")])
+    result = import_file(settings, tmp_path, [good("child", parent_session_id="../../etc")])
     assert result.exit_code == 1
     assert result.stderr.startswith("line 1: parent_session_id '../../etc' is not a session id")
     assert session_ids(store) == []
