@@ -109,6 +109,10 @@ class PlatformsSettings(_Section):
 class GatewaySettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
+    # A request's head must arrive within this of the connection opening, its body within the
+    # second of the head; else the connection is closed (producers/gateway/timeouts.py).
+    read_head_seconds: float = Field(default=10.0, gt=0, le=600)
+    read_body_seconds: float = Field(default=20.0, gt=0, le=600)
 
 
 class DisplaySettings(_Section):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from shared.surrogates import scrub_body
@@ -36,11 +36,14 @@ async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
             raise BadRequest(400, "bad Content-Length") from None
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(413, f"body over {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BadRequest(413, f"body over {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:  # it left, or was cut off by the body deadline (timeouts.py)
+        raise BadRequest(408, "the body did not arrive") from None
     return b"".join(chunks)
 
 

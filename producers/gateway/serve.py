@@ -153,8 +153,10 @@ async def _register_webhook(settings: Settings, url: str) -> None:
     )
 
 
-def _server(app: Any) -> Any:
+def _server(app: Any, settings: Settings) -> Any:
     import uvicorn
+
+    from producers.gateway.timeouts import deadline_protocol
 
     class Server(uvicorn.Server):
         """uvicorn without its own signal handling: `serve` stops every part on a signal."""
@@ -167,10 +169,11 @@ def _server(app: Any) -> Any:
     # through the root handlers, which carry the redaction filter; its loggers follow the
     # level `hermes gateway -l` set (access lines at INFO and below). The app's lifespan sends
     # the wake-ups still queued for acked turns once the connections are closed. httptools
-    # parses HTTP in C: h11, uvicorn's pure-Python parser, costs more than a bare answer.
+    # parses HTTP in C: h11, uvicorn's pure-Python parser, costs more than a bare answer;
+    # the protocol is it with deadlines on reading a request's head and body.
     config = uvicorn.Config(
         app,
-        http="httptools",
+        http=deadline_protocol(settings.gateway),
         log_config=None,
         log_level=None,
         access_log=logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO),
@@ -199,7 +202,7 @@ def _on_signals(stop: Callable[[], None]) -> None:
 
 async def serve(gateway: Gateway, mode: Mode, sock: socket.socket) -> None:
     """Serve the app on `sock` plus the platform's connection until a signal or a failure."""
-    server = _server(create_app(gateway))
+    server = _server(create_app(gateway), gateway.settings)
     if mode.platform == "telegram" and mode.webhook_url and not mode.polling:
         try:
             await _register_webhook(gateway.settings, mode.webhook_url)

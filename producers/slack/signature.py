@@ -23,17 +23,26 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     return f"{VERSION}=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
 
 
+def check_headers(timestamp: str | None, signature: str | None, *, now: float) -> tuple[str, str]:
+    """What can be refused before the body is read: headers missing, malformed or stale.
+    Returns both headers, present."""
+    if not timestamp or not signature:
+        raise BadSignature("missing X-Slack-Request-Timestamp or X-Slack-Signature")
+    if not signature.startswith(f"{VERSION}=") or len(signature) != len(VERSION) + 65:
+        raise BadSignature("signature does not match")
+    if not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > MAX_TIMESTAMP_DIGITS:
+        raise BadSignature("X-Slack-Request-Timestamp is not a number of seconds (Unix time)")
+    sent = int(timestamp)
+    if abs(now - sent) > WINDOW_SECONDS:
+        raise BadSignature("stale timestamp (more than five minutes from now)")
+    return timestamp, signature
+
+
 def verify(
     secret: str, timestamp: str | None, signature: str | None, body: bytes, *, now: float
 ) -> None:
     """Raise BadSignature unless `signature` signs `body` at a `timestamp` near `now`."""
-    if not timestamp or not signature:
-        raise BadSignature("missing X-Slack-Request-Timestamp or X-Slack-Signature")
-    if not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > MAX_TIMESTAMP_DIGITS:
-        raise BadSignature("X-Slack-Request-Timestamp is not a Unix time")
-    sent = int(timestamp)
-    if abs(now - sent) > WINDOW_SECONDS:
-        raise BadSignature("stale timestamp (more than five minutes from now)")
+    timestamp, signature = check_headers(timestamp, signature, now=now)
     expected = sign(secret, timestamp, body)
     if not hmac.compare_digest(expected.encode(), signature.encode()):
         raise BadSignature("signature does not match")

@@ -158,7 +158,7 @@ def test_a_slack_timestamp_that_is_not_unix_time_is_a_401_without_an_error_logge
     caplog.set_level(logging.WARNING)
     answer = client.post("/slack/events", content=body, headers=slack_headers(body, stamp))
     assert answer.status_code == 401
-    assert "not a Unix time" in answer.json()["error"]
+    assert "not a number of seconds (Unix time)" in answer.json()["error"]
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert texts(hostile_store) == []
 
