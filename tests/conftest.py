@@ -21,6 +21,19 @@ hypothesis_settings.register_profile("hermes", database=None, deadline=None)
 hypothesis_settings.load_profile("hermes")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fuzz-long",
+        action="store_true",
+        help="run the fuzz tests with 20x their examples (tests/fuzzing.py)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--fuzz-long"):
+        os.environ["HERMES_FUZZ_LONG"] = "1"
+
+
 def service_or_skip(name: str, host: str, port: int) -> None:
     """Skip (outside CI) or fail (in CI) when a service the test needs is not listening."""
     try:

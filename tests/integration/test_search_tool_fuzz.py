@@ -14,6 +14,7 @@ from shared.search.tool import run
 from shared.store import Store
 from shared.store.messages import append_message
 from shared.store.sessions import create_session
+from tests.fuzzing import EXTREMES, VALUES, examples
 
 SID = "20250101_000000_abcdef"
 
@@ -45,17 +46,6 @@ def test_a_lone_surrogate_in_an_id_or_query_is_an_answer_not_an_exception(store:
     answered(store, {"query": "door \udfff"})
 
 
-EXTREMES = st.sampled_from([2**63 - 1, 2**63, 2**70, -(2**63) - 1, "\ud800", "a\udfffb", "\x00"])
-SCALARS = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(2**80), max_value=2**80),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=40),
-    st.sampled_from([SID, SID[:8], "door", '"unbalanced', "C++ foo(bar", "*", "东", "NOT OR AND"]),
-    EXTREMES,
-)
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3), max_leaves=6)
 # Per argument, a plausible value or anything at all: a call that is valid but for one hostile
 # value reaches the database, which is where the reported exceptions came from.
 PLAUSIBLE = {
@@ -78,7 +68,7 @@ ARGS = st.fixed_dictionaries(
 ) | st.dictionaries(st.text(max_size=8), VALUES, max_size=3)
 
 
-@settings(max_examples=1000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(1000), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(args=st.one_of(ARGS, VALUES))
 def test_any_arguments_get_an_answer(store: Store, args: Any) -> None:
     answered(seeded(store), args)
