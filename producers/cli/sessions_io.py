@@ -122,7 +122,8 @@ def import_cmd(app: App, file: str) -> None:
     """Read sessions from a JSONL export (- for stdin); sessions already present are skipped.
 
     Each line is checked and written on its own: a bad line is reported with its number
-    and leaves nothing behind. Exit code 1 when any line was bad.
+    and leaves nothing behind; so is a session already present with other content (the
+    stored one is kept). Exit code 1 when any line was bad or differed.
     """
     with open_input(file) as handle, progress_bar(_size(handle), "Importing") as advance:
         report = import_lines(app.store(), enumerate(handle, 1), progress=advance)
@@ -130,6 +131,12 @@ def import_cmd(app: App, file: str) -> None:
         click.echo(f"line {number}: {reason}", err=True)
     if len(report.bad) > BAD_LINES_SHOWN:
         click.echo(f"… and {len(report.bad) - BAD_LINES_SHOWN} more bad lines.", err=True)
+    for number, session_id in report.differing[:BAD_LINES_SHOWN]:
+        click.echo(
+            f"line {number}: session {session_id} is already in the store with other content; "
+            "kept the stored one",
+            err=True,
+        )
     if report.parents_dropped:
         click.echo(
             f"{plural(report.parents_dropped, 'parent link')} dropped: "
@@ -138,7 +145,9 @@ def import_cmd(app: App, file: str) -> None:
         )
     click.echo(
         f"Imported {plural(report.imported, 'session')} ({plural(report.messages, 'message')}), "
-        f"skipped {report.skipped:,} already present, {plural(len(report.bad), 'bad line')}."
+        f"skipped {report.skipped:,} already present"
+        + (f" ({len(report.differing):,} with other content)" if report.differing else "")
+        + f", {plural(len(report.bad), 'bad line')}."
     )
-    if report.bad:
+    if report.bad or report.differing:
         click.get_current_context().exit(1)

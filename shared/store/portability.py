@@ -186,6 +186,7 @@ def _decode(raw: bytes | str) -> dict[str, Any]:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as error:
         raise BadLine(f"not UTF-8 text (byte {error.start + 1})") from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as editors on Windows write
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as error:
@@ -295,6 +296,17 @@ def session_exists(conn: Connection, session_id: str) -> bool:
     return found is not None
 
 
+def _differs(conn: Connection, parsed: ParsedSession) -> bool:
+    """Whether the stored session of `parsed.id` is another conversation than the line's."""
+    started = conn.execute(
+        select(sessions.c.started_at).where(sessions.c.id == parsed.id)
+    ).scalar_one()
+    count = conn.execute(
+        select(func.count()).select_from(messages).where(messages.c.session_id == parsed.id)
+    ).scalar_one()
+    return bool(started != parsed.values["started_at"] or count != len(parsed.messages))
+
+
 def write_session(conn: Connection, parsed: ParsedSession) -> int | None:
     """Insert one session (parent unset) and its messages; None if its id is already present."""
     if session_exists(conn, parsed.id):
@@ -321,6 +333,8 @@ class ImportReport:
     parents_dropped: int = 0
     written: list[str] = field(default_factory=list)  # ids imported now
     present: list[str] = field(default_factory=list)  # ids skipped: already in the store
+    # (line, id) of skipped sessions whose stored copy differs (start or message count)
+    differing: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -373,6 +387,8 @@ class _Importer:
         if written is None:
             self.report.skipped += 1
             self.report.present.append(parsed.id)
+            if _differs(conn, parsed):
+                self.report.differing.append((number, parsed.id))
             return
         self.report.imported += 1
         self.report.messages += written

@@ -66,3 +66,28 @@ def test_a_parent_id_that_could_name_a_path_is_refused(
 def test_ids_from_other_tools_still_import() -> None:
     for ok in ("20250615_000001_ffffff", "x1", "call_1", "team:chan.42", "user@host+1"):
         assert is_safe_session_id(ok), ok
+
+
+def test_a_byte_order_mark_on_the_first_line_is_not_a_bad_line(
+    settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + good("bom1").encode() + b"\n" + good("bom2").encode())
+    result = invoke(settings, ["sessions", "import", str(path)])
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert session_ids(store) == ["bom1", "bom2"]
+
+
+def test_a_session_already_present_with_other_content_is_reported_not_silently_skipped(
+    settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    assert import_file(settings, tmp_path, [good("same"), good("other")]).exit_code == 0
+    again = import_file(
+        settings, tmp_path, [good("same"), good("other", started_at=1_600_000_000.0)]
+    )
+    assert again.exit_code == 1
+    assert again.stderr == (
+        "line 2: session other is already in the store with other content; kept the stored one\n"
+    )
+    assert again.stdout.endswith("skipped 2 already present (1 with other content), 0 bad lines.\n")
+    assert message_total(store) == 2
