@@ -37,7 +37,9 @@ FILTERED = (
     "slack_sdk.web.base_client",
     "slack_sdk.socket_mode",
 )
-MIN_SECRET = 6  # never mask short strings: they would turn ordinary words into ***
+# A secret this long is masked wherever it appears; a shorter one only where it stands alone
+# (not inside a longer word or number), so a short password does not turn words into ***.
+MIN_ANYWHERE = 6
 PLATFORM_SECRETS = ("token", "webhook_secret", "signing_secret", "app_token")
 
 
@@ -49,11 +51,11 @@ class Redactor(logging.Filter):
         self.add(secrets)
 
     def add(self, secrets: Iterable[str]) -> None:
-        self.secrets.update(s for s in secrets if s and len(s) >= MIN_SECRET)
+        self.secrets.update(s for s in secrets if s)
         ordered = sorted(self.secrets, key=len, reverse=True)  # longest first
         # case-insensitive: some SDKs lower-case the error text that quotes a URL
         self._pattern = (
-            re.compile("|".join(map(re.escape, ordered)), re.IGNORECASE) if ordered else None
+            re.compile("|".join(map(_pattern, ordered)), re.IGNORECASE) if ordered else None
         )
 
     def redact(self, text: str) -> str:
@@ -72,6 +74,11 @@ class Redactor(logging.Filter):
         elif record.exc_text:
             record.exc_text = self.redact(record.exc_text)
         return True
+
+
+def _pattern(secret: str) -> str:
+    escaped = re.escape(secret)
+    return escaped if len(secret) >= MIN_ANYWHERE else rf"(?<![^\W_]){escaped}(?![^\W_])"
 
 
 def install_redaction(secrets: Iterable[str]) -> Redactor:
