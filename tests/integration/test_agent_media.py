@@ -6,6 +6,7 @@ What the transcript keeps is text only: never the bytes, never re-sent on later 
 from __future__ import annotations
 
 import base64
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,6 +147,9 @@ def test_audio_is_transcribed_documents_included_other_files_saved(
         saved = settings.media_dir
         files = list(saved.rglob("*data.bin"))
         assert len(files) == 1 and files[0].read_bytes() == bytes(range(256))
+        # media/, the session's folder and the file: the owner's alone, whatever the umask
+        modes = [stat.S_IMODE(p.stat().st_mode) for p in (saved, files[0].parent, files[0])]
+        assert modes == [0o700, 0o700, 0o600]
         assert str(files[0]) in sent
         stored = _turn_user_text(store, turn_id)
         assert "[audio: note.ogg — transcript: remind me to call Ana]" in stored

@@ -275,8 +275,11 @@ class MediaProcessor:
     def _save(self, session_id: str, index: int, name: str, data: bytes) -> Path:
         if not is_safe_session_id(session_id):  # the import refuses such ids; never a path out
             raise ValueError(f"session id {session_id!r} cannot name a media folder")
+        # each level by itself: with parents=True, media/ would get the umask's 0755
+        self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._dir.chmod(0o700)
         folder = self._dir / session_id
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder.mkdir(exist_ok=True, mode=0o700)
         path = folder / f"{index + 1}-{_safe_name(name)}"
         path.write_bytes(data)
         path.chmod(0o600)
