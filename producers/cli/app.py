@@ -38,6 +38,11 @@ class App:
             self._settings = self.settings_loader()
         return self._settings
 
+    @property
+    def loaded_settings(self) -> Settings | None:
+        """The settings if a command loaded them (an error report must not load them)."""
+        return self._settings
+
     def store(self) -> Store:
         if self._store is None:
             self._store = open_store(self.settings.resolved_database_url)

@@ -12,6 +12,7 @@ from producers.cli.plugins import PluginGroup
 from producers.cli.search import search
 from producers.cli.sessions import sessions
 from shared import __version__
+from shared.store.errors import plainly
 
 # Loaded when named: the chat alone costs a third of start-up (stack, Celery client, Rich live).
 LAZY_COMMANDS = {
@@ -77,11 +78,16 @@ def main() -> None:
         click.echo(str(exc.args[0]) if exc.args else str(exc), err=True)
         raise SystemExit(1) from None
     except DatabaseError as exc:  # locked past the busy timeout, disk full, I/O error
-        click.echo(f"hermes: the database refused: {exc.orig or exc}", err=True)
+        click.echo(f"hermes: the database refused: {_refusal(app, exc)}", err=True)
         raise SystemExit(2) from None
     finally:
         app.close()
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _refusal(app: App, exc: DatabaseError) -> str:
+    settings = app.loaded_settings
+    return plainly(exc.orig or exc, settings.state_db_path if settings is not None else None)
 
 
 if __name__ == "__main__":

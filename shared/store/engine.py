@@ -13,7 +13,7 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine, create_engine, exc, text
 
 from shared.store import migrate, sqlite
-from shared.store.errors import StoreError
+from shared.store.errors import StoreError, plainly
 from shared.store.group_commit import GroupCommit
 
 T = TypeVar("T")
@@ -195,7 +195,7 @@ def guarded(store: Store, action: Callable[[], T]) -> T:
         cause = error.orig or error
         if sqlite.is_not_a_database(cause):
             raise StoreError(f"{where} is corrupt or not a SQLite database") from None
-        raise StoreError(f"cannot use {where}: {cause}") from None
+        raise StoreError(f"cannot use {where}: {plainly(cause, store.path)}") from None
 
 
 def integrity_check(store: Store) -> str:

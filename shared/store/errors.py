@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
+from pathlib import Path
 
 from sqlalchemy import exc as sa_exc
 
@@ -43,3 +45,21 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(
         error, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError | OSError
     ) or (isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated)
+
+
+DISK_FULL_BYTES = 1024 * 1024  # less free than this, and a failed write failed for space
+
+
+def plainly(cause: BaseException | str, path: Path | None) -> str:
+    """The driver's words, except that an I/O error on a full disk is called that: SQLite
+    reports a write that found no space (the WAL's, or its index's) as 'disk I/O error'."""
+    said = str(cause)
+    if path is None or "disk" not in said:
+        return said
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        return said
+    if free < DISK_FULL_BYTES:
+        return f"the disk holding {path.parent} is full ({free:,} bytes free)"
+    return said
