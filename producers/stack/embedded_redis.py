@@ -9,6 +9,8 @@ from pathlib import Path
 
 import redis
 
+from producers.stack.lifeline import die_with_parent
+
 START_TIMEOUT = 10.0
 
 
@@ -88,6 +90,7 @@ class EmbeddedRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:

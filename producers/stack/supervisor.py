@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from producers.stack.lifeline import die_with_parent
+
 STOP_GRACE = 10.0
 MAX_BACKOFF = 30.0
 STABLE_AFTER = 30.0
@@ -56,6 +58,7 @@ class Supervisor:
             stderr=subprocess.STDOUT,
             env=child.env if child.env is not None else self._env,
             start_new_session=True,  # Ctrl-C reaches us; we stop the children in order
+            preexec_fn=die_with_parent(),  # and a kill -9 of us stops them too
         )
         child.started_at = time.monotonic()
         child.pump = threading.Thread(target=self._pump, args=(child,), daemon=True)
