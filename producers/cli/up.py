@@ -126,7 +126,11 @@ def up(app: App, workers: int | None, concurrency: int | None, no_beat: bool) ->
     started, skipped = receivers(settings)
     if started:
         _refuse_a_taken_port(settings)
-    broker = EmbeddedRedis(settings.run_dir) if settings.uses_embedded_broker else None
+    broker = (
+        EmbeddedRedis(settings.run_dir, dies_with_parent=True)
+        if settings.uses_embedded_broker
+        else None
+    )
     if broker is not None:
         try:
             broker.start()

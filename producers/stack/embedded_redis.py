@@ -44,8 +44,11 @@ def is_alive(socket_path: Path) -> bool:
 class EmbeddedRedis:
     """Start, check and stop the private broker. Wake-ups only: it keeps nothing on disk."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, *, dies_with_parent: bool = False) -> None:
+        """`dies_with_parent`: stop it if this process dies (`hermes up`); a terminal chat's
+        broker outlives the chat that started it while another chat still uses it."""
         self.run_dir = run_dir
+        self.dies_with_parent = dies_with_parent
         self.socket_path = run_dir / "redis.sock"
         self.log_path = run_dir / "redis.log"
         self._process: subprocess.Popen[bytes] | None = None
@@ -90,7 +93,7 @@ class EmbeddedRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=die_with_parent(),
+            preexec_fn=die_with_parent() if self.dies_with_parent else None,
         )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
