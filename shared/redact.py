@@ -15,32 +15,28 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from shared.platforms import registry
+
 if TYPE_CHECKING:
     from shared.settings import Settings
 
 MASK = "***"
-QUIET = (
-    "httpx",
-    "httpcore",
-    "telegram",
-    "slack_sdk",
-    "discord.http",
-    "discord.gateway",
-    "discord.client",
-)
-FILTERED = (
-    *QUIET,
-    "telegram.Bot",
-    "telegram.request",
-    "telegram.request.BaseRequest",
-    "telegram.request.HTTPXRequest",
-    "slack_sdk.web.base_client",
-    "slack_sdk.socket_mode",
-)
+HTTP_LOGGERS = ("httpx", "httpcore")  # and each platform's SDK loggers (its descriptor's)
 # A secret this long is masked wherever it appears; a shorter one only where it stands alone
 # (not inside a longer word or number), so a short password does not turn words into ***.
 MIN_ANYWHERE = 6
-PLATFORM_SECRETS = ("token", "webhook_secret", "signing_secret", "app_token")
+
+
+def quiet_loggers() -> tuple[str, ...]:
+    """Loggers set to WARNING (unless set explicitly) and redacted."""
+    found = [name for p in registry.platforms().values() for name in p.quiet_loggers]
+    return (*HTTP_LOGGERS, *found)
+
+
+def filtered_loggers() -> tuple[str, ...]:
+    """Every logger the redaction filter is added to (besides the root handlers)."""
+    found = [name for p in registry.platforms().values() for name in p.redacted_loggers]
+    return (*quiet_loggers(), *found)
 
 
 class Redactor(logging.Filter):
@@ -84,11 +80,11 @@ def _pattern(secret: str) -> str:
 def install_redaction(secrets: Iterable[str]) -> Redactor:
     """Quiet the noisy loggers and mask `secrets` in everything the root handlers emit."""
     wanted = [s for s in secrets if s]
-    for name in QUIET:
+    for name in quiet_loggers():
         logger = logging.getLogger(name)
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.WARNING)
-    targets: list[logging.Filterer] = [logging.getLogger(name) for name in FILTERED]
+    targets: list[logging.Filterer] = [logging.getLogger(name) for name in filtered_loggers()]
     targets.extend(logging.getLogger().handlers)
     shared: Redactor | None = None
     for target in targets:
@@ -103,7 +99,11 @@ def install_redaction(secrets: Iterable[str]) -> Redactor:
 
 
 def _value(secret: Any) -> str | None:
-    return secret.get_secret_value() if secret is not None else None
+    """A SecretStr's value; a plain string (a plug-in's secret typed as text) as it is."""
+    if secret is None or isinstance(secret, str):
+        return secret
+    value: str = secret.get_secret_value()
+    return value
 
 
 def url_password(url: str | None) -> list[str]:
@@ -122,9 +122,9 @@ def secrets_of(settings: Settings) -> list[str]:
     auxiliary and transcription API keys, Flower's basic auth, and the passwords inside the
     broker and database URLs."""
     values: list[str | None] = []
-    for name in ("telegram", "slack", "discord"):
-        conf = getattr(settings.platforms, name)
-        values.extend(_value(getattr(conf, attr, None)) for attr in PLATFORM_SECRETS)
+    for name, platform in registry.platforms().items():
+        conf = settings.platforms.of(name)
+        values.extend(_value(getattr(conf, attr, None)) for attr in platform.secrets)
     for section in (settings.model, settings.auxiliary, settings.transcription):
         values.append(_value(section.api_key))
     basic_auth = _value(settings.flower.basic_auth)

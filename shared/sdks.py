@@ -14,53 +14,30 @@ import shlex
 import sys
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from importlib import metadata
 from types import ModuleType
 
-from shared.platforms import DISCORD, SLACK, TELEGRAM
+from shared.platforms import registry
+from shared.platforms.descriptor import Platform, Sdk
 from shared.settings import Settings
 
 DISTRIBUTION = "hermes-fleet"
 
-
-@dataclass(frozen=True, slots=True)
-class Sdk:
-    module: str  # what `import` needs
-    requirement: str  # what pip installs (the name as pyproject.toml spells it)
-
-
-TELEGRAM_BOT = Sdk("telegram", "python-telegram-bot")
-SLACK_SDK = Sdk("slack_sdk", "slack_sdk")
-AIOHTTP = Sdk("aiohttp", "aiohttp")  # Slack Socket Mode's transport
-DISCORD_PY = Sdk("discord", "discord.py")
-
 SENDER = "sender"  # what a worker imports to deliver replies
 RECEIVER = "receiver"  # what `hermes gateway <platform>` imports
-SDKS: dict[str, dict[str, tuple[Sdk, ...]]] = {
-    SENDER: {
-        TELEGRAM: (TELEGRAM_BOT,),
-        SLACK: (SLACK_SDK,),
-        DISCORD: (),  # replies go over Discord's REST API with httpx
-    },
-    RECEIVER: {
-        TELEGRAM: (TELEGRAM_BOT,),
-        SLACK: (SLACK_SDK, AIOHTTP),
-        DISCORD: (DISCORD_PY,),
-    },
-}
 
 Importer = Callable[[str], ModuleType]
+
+__all__ = ["RECEIVER", "SENDER", "Sdk", "configured_platforms", "missing_sdk", "sdk_problems"]
+
+
+def _sdks(platform: Platform, role: str) -> tuple[Sdk, ...]:
+    return platform.sender_sdks if role == SENDER else platform.receiver_sdks
 
 
 def configured_platforms(settings: Settings) -> list[str]:
     """Platforms that are enabled and have a token: the ones workers deliver to."""
-    return [
-        name
-        for name in SDKS[RECEIVER]
-        if getattr(settings.platforms, name).enabled
-        and getattr(settings.platforms, name).token is not None
-    ]
+    return [name for name in registry.names() if settings.platforms.of(name).configured]
 
 
 def _normal(name: str) -> str:
@@ -101,7 +78,8 @@ def _imports(module: str, importer: Importer) -> str | None:
 
 def needed(platform: str, roles: Iterable[str]) -> list[Sdk]:
     """The libraries `platform` needs in `roles`, each once, in order."""
-    return list(dict.fromkeys(sdk for role in roles for sdk in SDKS[role][platform]))
+    described = registry.get(platform)
+    return list(dict.fromkeys(sdk for role in roles for sdk in _sdks(described, role)))
 
 
 def missing_sdk(

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
 
 import yaml
 from pydantic import (
@@ -16,8 +16,11 @@ from pydantic import (
     SecretStr,
     ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     field_validator,
+    model_validator,
 )
+from pydantic_core import InitErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from shared.pricing import ModelPrice
@@ -33,42 +36,30 @@ class SettingsError(ValueError):
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # Optional fields whose empty value means "not configured" (a section may add its own).
+    blank_is_unset: ClassVar[frozenset[str]] = frozenset(
+        {"token", "home_channel", "api_key", "basic_auth", "metrics_port"}
+    )
+
     @field_validator("*", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: Any, info: ValidationInfo) -> Any:
         """`HERMES_X=` (how compose passes an unset `${X:-}`) means unset for optional
         secrets and ids, never an empty token that looks configured."""
-        if isinstance(value, str) and not value.strip() and info.field_name in _BLANK_IS_UNSET:
+        if isinstance(value, str) and not value.strip() and info.field_name in cls.blank_is_unset:
             return None
         return value
 
 
-# Optional fields whose empty value means "not configured".
-_BLANK_IS_UNSET = frozenset(
-    {
-        "token",
-        "webhook_secret",
-        "signing_secret",
-        "app_token",
-        "home_channel",
-        "webhook_url",
-        "api_key",
-        "basic_auth",
-        "metrics_port",
-    }
-)
-
-
 class PlatformSettings(_Section):
-    """Credentials and routing for one platform (`platforms.<name>.*`)."""
+    """Credentials and routing for one platform (`platforms.<name>.*`); a platform's descriptor
+    (shared/platforms/) names its subclass with the platform's own keys."""
 
     enabled: bool = True
     token: SecretStr | None = None
     api_base: str | None = None
     allowed_users: tuple[str, ...] = ()
     home_channel: str | None = None
-    webhook_secret: SecretStr | None = None  # Telegram
-    signing_secret: SecretStr | None = None  # Slack
     # Chat ids whose room is one shared session (turns then carry the sender's name).
     shared_rooms: tuple[str, ...] = ()
 
@@ -83,27 +74,78 @@ class PlatformSettings(_Section):
             return tuple(str(item) for item in value)
         return value
 
-
-class TelegramSettings(PlatformSettings):
-    api_base: str | None = "https://api.telegram.org/bot"
-    polling: bool = False  # long polling instead of the webhook (no inbound access needed)
-    webhook_url: str | None = None  # public URL of /telegram/webhook, registered at start
-
-
-class SlackSettings(PlatformSettings):
-    api_base: str | None = "https://slack.com/api/"
-    socket_mode: bool = False  # Socket Mode instead of the Events API over HTTP (development)
-    app_token: SecretStr | None = None  # xapp-… token, Socket Mode only
+    @property
+    def configured(self) -> bool:
+        """Enabled and holding a token: workers deliver to it."""
+        return self.enabled and self.token is not None
 
 
-class DiscordSettings(PlatformSettings):
-    api_base: str | None = "https://discord.com/api/v10"
+S = TypeVar("S", bound=PlatformSettings)
 
 
-class PlatformsSettings(_Section):
-    telegram: TelegramSettings = TelegramSettings()
-    slack: SlackSettings = SlackSettings()
-    discord: DiscordSettings = DiscordSettings()
+class PlatformsSettings(BaseModel):
+    """`platforms.<name>`, one entry per registered platform (shared/platforms/registry.py),
+    each validated by that platform's settings class; an unknown name is an error."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _per_platform(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(data, PlatformsSettings):
+            return data
+        from shared.platforms.registry import platforms
+
+        given = dict(data) if isinstance(data, Mapping) else data
+        if not isinstance(given, dict):
+            return handler(given)
+        known = platforms()
+        parsed: dict[str, PlatformSettings] = {}
+        problems: list[InitErrorDetails] = [
+            InitErrorDetails(type="extra_forbidden", loc=(str(name),), input=value)
+            for name, value in given.items()
+            if name not in known
+        ]
+        for name, platform in known.items():
+            try:
+                parsed[name] = platform.settings.model_validate(given.get(name) or {})
+            except ValidationError as exc:
+                problems.extend(_under(name, exc))
+        if problems:
+            raise ValidationError.from_exception_data(cls.__name__, problems)
+        return handler(parsed)
+
+    @overload
+    def of(self, name: str) -> PlatformSettings: ...
+
+    @overload
+    def of(self, name: str, kind: type[S]) -> S: ...
+
+    def of(self, name: str, kind: type[PlatformSettings] = PlatformSettings) -> PlatformSettings:
+        """`platforms.<name>` as `kind` (its settings class); LookupError when not registered."""
+        found = (self.__pydantic_extra__ or {}).get(name)
+        if found is None:
+            raise LookupError(f"unknown platform {name!r}")
+        if not isinstance(found, kind):
+            raise TypeError(f"platforms.{name} is a {type(found).__name__}, not {kind.__name__}")
+        return found
+
+    def items(self) -> list[tuple[str, PlatformSettings]]:
+        return list((self.__pydantic_extra__ or {}).items())
+
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any: ...
+
+
+def _under(name: str, exc: ValidationError) -> list[InitErrorDetails]:
+    """`exc`'s errors, located under `name`."""
+    return [
+        InitErrorDetails(
+            type=err["type"], loc=(name, *err["loc"]), input=err["input"], ctx=err.get("ctx", {})
+        )
+        for err in exc.errors()
+    ]
 
 
 class GatewaySettings(_Section):
@@ -311,7 +353,7 @@ class Settings(BaseSettings):
     sessions: SessionsSettings = SessionsSettings()
     session_reset: SessionResetSettings = SessionResetSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
-    platforms: PlatformsSettings = PlatformsSettings()
+    platforms: PlatformsSettings = Field(default_factory=PlatformsSettings)
     pipeline: PipelineSettings = PipelineSettings()
     workers: WorkerSettings = WorkerSettings()
     model: ModelSettings = ModelSettings()

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.platforms import CHAT_TYPES, PLATFORMS
+from shared.platforms import CHAT_TYPES, known_platforms
 
 MAX_TEXT_CHARS = 32_000
 MAX_ID_CHARS = 256
@@ -79,8 +79,9 @@ def _check_id(name: str, value: str | None, *, required: bool) -> None:
 
 def validate_turn(turn: InboundTurn, *, max_text_chars: int = MAX_TEXT_CHARS) -> None:
     """Raise TurnRejected naming what is wrong; a valid turn passes silently."""
-    if turn.platform not in PLATFORMS:
-        known = ", ".join(sorted(PLATFORMS))
+    platforms = known_platforms()
+    if turn.platform not in platforms:
+        known = ", ".join(sorted(platforms))
         raise TurnRejected(f"unknown platform {turn.platform!r} (known: {known})")
     if turn.chat_type not in CHAT_TYPES:
         known = ", ".join(sorted(CHAT_TYPES))

@@ -25,7 +25,7 @@ from sqlalchemy import Connection, bindparam, select, update
 from shared.commands import parse_command
 from shared.ids import CLI_HEX, looks_like_session_id
 from shared.model import MessageRecord, SessionRecord
-from shared.platforms import CLI, CRON, GATEWAY_PLATFORMS
+from shared.platforms import CLI, CRON, gateway_platforms
 from shared.store import chats, cron, inbox, leases, messages, outbox, usage
 from shared.store import memory as memory_rows
 from shared.store import sessions as session_rows
@@ -244,7 +244,7 @@ def current_session(conn: Connection, rt: Runtime, turn: inbox.TurnRow) -> str:
         return str(live)
     now = rt.clock()
     session_id = _terminal_id(conn, turn) or compression.free_session_id(
-        conn, rt.now_datetime(), gateway=turn.platform in GATEWAY_PLATFORMS
+        conn, rt.now_datetime(), gateway=turn.platform in gateway_platforms()
     )
     columns: dict[str, Any] = {
         "user_id": turn.user_id,

@@ -8,7 +8,7 @@ import click
 
 from producers.cli.app import App, fail, pass_app
 from shared.maintenance import ScheduleError, zone
-from shared.platforms import GATEWAY_PLATFORMS
+from shared.platforms import CLI, gateway_platforms
 from shared.store import cron
 
 
@@ -22,8 +22,8 @@ def _parse_deliver(value: str | None) -> tuple[str | None, str | None]:
     if not value:
         return None, None
     platform, _, chat = value.partition(":")
-    if platform not in GATEWAY_PLATFORMS | {"cli"}:
-        known = ", ".join(sorted(GATEWAY_PLATFORMS))
+    if platform not in gateway_platforms() | {CLI}:
+        known = ", ".join(sorted(gateway_platforms()))
         raise click.BadParameter(
             f"unknown platform {platform!r} (one of {known})", param_hint="--deliver"
         )

@@ -6,10 +6,24 @@ import logging
 
 import click
 
+from shared.platforms import registry
 from shared.redact import Redactor, secrets_of
 from shared.settings import Settings, load_settings
 
-PLATFORMS = ("telegram", "slack", "discord")
+
+class PlatformChoice(click.Choice):  # type: ignore[type-arg]
+    """The registered platforms (shared/platforms/registry.py), read when first needed."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(registry.names())
+
+    @choices.setter
+    def choices(self, value: object) -> None:
+        pass
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -19,7 +33,7 @@ def _settings(ctx: click.Context) -> Settings:
 
 
 @click.command()
-@click.argument("platform", type=click.Choice(PLATFORMS))
+@click.argument("platform", type=PlatformChoice())
 @click.option(
     "--polling/--webhook",
     default=None,
@@ -60,7 +74,8 @@ def gateway(
 ) -> None:
     """Run PLATFORM's receiver until Ctrl-C.
 
-    Serves POST /telegram/webhook, POST /slack/events and GET /healthz on the address in
+    Serves every configured platform's routes (POST /telegram/webhook, POST /slack/events, …)
+    and GET /healthz on the address in
     gateway.host and gateway.port (shared by the receivers of this HERMES_HOME; refused when
     another stack or program holds it), records each turn in state.db and wakes a worker.
     Telegram can long-poll instead (--polling); Slack can use Socket Mode (--socket-mode);

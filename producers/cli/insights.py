@@ -18,7 +18,7 @@ import click
 
 from producers.cli.app import App, fail, pass_app
 from producers.cli.guard import store_command
-from shared.platforms import PLATFORMS
+from shared.platforms import known_platforms
 from shared.store import insights as reads
 from shared.store.insights import Group, Report, Usage, Window
 from shared.usage import DAY_SECONDS, day_of
@@ -44,8 +44,8 @@ def window_of(
             raise click.UsageError(f"--since {since:%Y-%m-%d} is in the future")
     else:
         first = today - (days or DEFAULT_DAYS) + 1
-    if source is not None and source not in PLATFORMS:
-        known = ", ".join(sorted(PLATFORMS))
+    if source is not None and source not in known_platforms():
+        known = ", ".join(sorted(known_platforms()))
         raise click.UsageError(f"--source {source!r} is not a platform ({known})")
     return Window(first, today, platform=source, model=model)
 

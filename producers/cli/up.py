@@ -18,6 +18,7 @@ from producers.maintenance import request_prune_in_background
 from producers.stack.embedded_redis import EmbeddedRedis, EmbeddedRedisError
 from producers.stack.supervisor import Supervisor
 from producers.wake import broker_client
+from shared.platforms import registry
 from shared.sdks import configured_platforms, sdk_problems
 from shared.settings import Settings
 
@@ -46,9 +47,8 @@ def receivers(settings: Settings) -> tuple[list[str], dict[str, str]]:
 
     names: list[str] = []
     skipped: dict[str, str] = {}
-    for name in ("telegram", "slack", "discord"):
-        platform = getattr(settings.platforms, name)
-        if not (platform.enabled and platform.token is not None):
+    for name in registry.names():
+        if not settings.platforms.of(name).configured:
             continue
         try:
             check(settings, default_mode(settings, name))

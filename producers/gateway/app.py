@@ -1,8 +1,9 @@
-"""The receivers' one ASGI app: `POST /telegram/webhook`, `POST /slack/events`, `GET /healthz`,
-`GET /metrics` (Prometheus; producers/gateway/metrics.py).
+"""The receivers' one ASGI app: every registered platform's routes (`POST /telegram/webhook`,
+`POST /slack/events`, …), `GET /healthz`, `GET /metrics` (Prometheus; producers/gateway/metrics.py).
 
-A platform's route is mounted when it is configured (Telegram: token; Slack: signing
-secret); an unconfigured one is a 404. Any error that is not the caller's fault (the database
+A platform's routes (its descriptor's, shared/platforms/) are mounted when its receiver plug-in
+builds a receiver from the configuration (Telegram: token; Slack: signing secret); an
+unconfigured one is a 404. Any error that is not the caller's fault (the database
 busy past its timeout, the disk full) is a 503 — the platform redelivers later — and bad input
 is a 4xx, so nothing here answers 500. Every `hermes gateway <platform>` process serves this
 same app on `gateway.host:gateway.port` (a stack's receivers share the port), so whichever
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -21,45 +23,39 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from producers.gateway.context import Gateway
+from producers.gateway.plugin import conf_of, receiver_plugin
 from producers.gateway.port import stack_id
-from producers.slack.receiver import SlackReceiver
-from producers.telegram.receiver import TelegramReceiver
+from shared.platforms import registry
 
 log = logging.getLogger(__name__)
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def telegram_receiver(gateway: Gateway) -> TelegramReceiver | None:
-    conf = gateway.settings.platforms.telegram
-    if not conf.enabled or conf.token is None:
-        return None
-    secret = conf.webhook_secret.get_secret_value() if conf.webhook_secret else None
-    return TelegramReceiver(gateway, token=conf.token.get_secret_value(), secret=secret)
+def platform_routes(gateway: Gateway, given: Mapping[str, Any]) -> dict[str, list[Route]]:
+    """Each registered platform's routes, for those whose receiver is configured."""
+    mounted: dict[str, list[Route]] = {}
+    for name, platform in registry.platforms().items():
+        if not platform.routes:
+            continue
+        receiver = given.get(name)
+        if receiver is None:
+            receiver = receiver_plugin(platform).build(gateway, conf_of(gateway.settings, platform))
+        if receiver is None:
+            continue
+        mounted[name] = [
+            Route(
+                route.path, guarded(getattr(receiver, route.handler)), methods=list(route.methods)
+            )
+            for route in platform.routes
+        ]
+    return mounted
 
 
-def slack_receiver(gateway: Gateway) -> SlackReceiver | None:
-    conf = gateway.settings.platforms.slack
-    if not conf.enabled or (conf.signing_secret is None and not conf.socket_mode):
-        return None
-    return SlackReceiver(
-        gateway,
-        signing_secret=conf.signing_secret.get_secret_value() if conf.signing_secret else None,
-        token=conf.token.get_secret_value() if conf.token else None,
-        api_base=conf.api_base or "https://slack.com/api/",
-    )
-
-
-def create_app(
-    gateway: Gateway,
-    *,
-    telegram: TelegramReceiver | None = None,
-    slack: SlackReceiver | None = None,
-) -> Starlette:
-    """The gateway app; receivers default to those the settings configure."""
-    telegram = telegram or telegram_receiver(gateway)
-    slack = slack or slack_receiver(gateway)
-    mounted = [name for name, on in (("telegram", telegram), ("slack", slack)) if on]
+def create_app(gateway: Gateway, receivers: Mapping[str, Any] | None = None) -> Starlette:
+    """The gateway app; receivers (by platform) default to those the settings configure."""
+    by_platform = platform_routes(gateway, receivers or {})
+    mounted = list(by_platform)
     stack = stack_id(gateway.settings)  # whose receiver this is (port.py compares it)
 
     async def healthz(request: Request) -> Response:
@@ -74,10 +70,8 @@ def create_app(
     if gateway.metrics is not None:
         endpoint = gateway.metrics.endpoint(gateway.store, gateway.clock)
         routes.append(Route("/metrics", endpoint, methods=["GET"]))
-    if telegram is not None:
-        routes.append(Route("/telegram/webhook", guarded(telegram.webhook), methods=["POST"]))
-    if slack is not None:
-        routes.append(Route("/slack/events", guarded(slack.events), methods=["POST"]))
+    for mounted_routes in by_platform.values():
+        routes.extend(mounted_routes)
     return Starlette(routes=routes, lifespan=lifespan)
 
 

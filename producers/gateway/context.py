@@ -57,8 +57,7 @@ class RefusalGate:
 
 
 def platform_settings(settings: Settings, platform: str) -> PlatformSettings:
-    found: PlatformSettings = getattr(settings.platforms, platform)
-    return found
+    return settings.platforms.of(platform)
 
 
 def is_allowed(settings: Settings, turn: InboundTurn) -> bool:

@@ -1,5 +1,6 @@
 """Running one receiver process: the gateway app on `gateway.host:gateway.port`, plus its platform's
-long-lived connection (Telegram long polling, Slack Socket Mode, the Discord gateway).
+long-lived connection (Telegram long polling, Slack Socket Mode, the Discord gateway), which its
+receiver plug-in (producers/gateway/plugin.py) provides.
 
 The listening socket is bound with SO_REUSEPORT, so the one receiver process per platform that
 `hermes up` starts can all serve the same app on the same port; port.py makes sure only
@@ -16,17 +17,19 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from producers.gateway.app import create_app, slack_receiver, telegram_receiver
+from producers.gateway.app import create_app
 from producers.gateway.context import Gateway
 from producers.gateway.metrics import GatewayMetrics
+from producers.gateway.plugin import GatewayError, conf_of, receiver_plugin
 from producers.gateway.port import PortInUse, claim
 from producers.gateway.wakeups import PausingWaker
 from producers.maintenance import request_prune_in_background
 from producers.wake import BrokerWaker, broker_client
+from shared.platforms import registry
 from shared.redact import install_redaction, secrets_of
 from shared.sdks import RECEIVER, missing_sdk
 from shared.settings import Settings
@@ -36,54 +39,33 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-
-class GatewayError(RuntimeError):
-    """A receiver cannot start (missing credentials, port taken); the message says which."""
+__all__ = ["GatewayError", "Mode", "check", "default_mode", "run", "serve"]
 
 
 @dataclass(frozen=True, slots=True)
 class Mode:
+    """What `hermes gateway PLATFORM` runs: the platform and its plug-in's options (Telegram's
+    `polling` and `webhook_url`, Slack's `socket_mode`, …)."""
+
     platform: str
-    polling: bool = False
-    socket_mode: bool = False
-    webhook_url: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
-def default_mode(
-    settings: Settings,
-    platform: str,
-    *,
-    polling: bool | None = None,
-    socket_mode: bool | None = None,
-    webhook_url: str | None = None,
-) -> Mode:
+def default_mode(settings: Settings, platform: str, **given: Any) -> Mode:
     """The mode `hermes gateway PLATFORM` runs in: the options given, else the configuration."""
-    tconf, sconf = settings.platforms.telegram, settings.platforms.slack
-    if polling is None:  # a webhook needs its secret; without one, Telegram is polled
-        polling = tconf.polling or tconf.webhook_secret is None
-    return Mode(
-        platform=platform,
-        polling=polling,
-        socket_mode=sconf.socket_mode if socket_mode is None else socket_mode,
-        webhook_url=webhook_url or tconf.webhook_url,
-    )
+    described = registry.get(platform)
+    plugin = receiver_plugin(described)
+    return Mode(platform, plugin.options(conf_of(settings, described), given))
 
 
 def check(settings: Settings, mode: Mode) -> None:
-    conf = getattr(settings.platforms, mode.platform)
+    described = registry.get(mode.platform)
+    conf = conf_of(settings, described)
     if not conf.enabled:
         raise GatewayError(f"platforms.{mode.platform}.enabled is false")
     if conf.token is None:
         raise GatewayError(f"platforms.{mode.platform}.token is not set")
-    if mode.platform == "telegram" and not mode.polling and conf.webhook_secret is None:
-        raise GatewayError(
-            "the Telegram webhook needs platforms.telegram.webhook_secret (or use --polling)"
-        )
-    if mode.platform == "slack":
-        if mode.socket_mode and conf.app_token is None:
-            raise GatewayError("Slack Socket Mode needs platforms.slack.app_token")
-        if not mode.socket_mode and conf.signing_secret is None:
-            raise GatewayError("the Slack Events API needs platforms.slack.signing_secret")
+    receiver_plugin(described).check(conf, mode.options)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -104,53 +86,6 @@ def listen(host: str, port: int) -> socket.socket:
         raise GatewayError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.setblocking(False)
     return sock
-
-
-def _platform_task(gateway: Gateway, mode: Mode) -> Coroutine[Any, Any, None] | None:
-    settings = gateway.settings
-    if mode.platform == "telegram" and mode.polling:
-        from producers.telegram.receiver import TelegramPoller
-
-        conf = settings.platforms.telegram
-        receiver = telegram_receiver(gateway)
-        assert receiver is not None and conf.token is not None
-        return TelegramPoller(
-            receiver, token=conf.token.get_secret_value(), api_base=conf.api_base or ""
-        ).run()
-    if mode.platform == "slack" and mode.socket_mode:
-        from producers.slack.receiver import run_socket_mode
-
-        sconf = settings.platforms.slack
-        sreceiver = slack_receiver(gateway)
-        assert sreceiver is not None and sconf.app_token is not None and sconf.token is not None
-        return run_socket_mode(
-            sreceiver,
-            app_token=sconf.app_token.get_secret_value(),
-            token=sconf.token.get_secret_value(),
-            api_base=sconf.api_base or "",
-        )
-    if mode.platform == "discord":
-        from producers.discord.receiver import DiscordReceiver
-
-        dconf = settings.platforms.discord
-        assert dconf.token is not None
-        return DiscordReceiver(
-            gateway, token=dconf.token.get_secret_value(), api_base=dconf.api_base or ""
-        ).run()
-    return None
-
-
-async def _register_webhook(settings: Settings, url: str) -> None:
-    from producers.telegram.receiver import register_webhook
-
-    conf = settings.platforms.telegram
-    assert conf.token is not None and conf.webhook_secret is not None
-    await register_webhook(
-        token=conf.token.get_secret_value(),
-        api_base=conf.api_base or "",
-        url=url,
-        secret=conf.webhook_secret.get_secret_value(),
-    )
 
 
 def _server(app: Any, settings: Settings) -> Any:
@@ -203,14 +138,12 @@ def _on_signals(stop: Callable[[], None]) -> None:
 async def serve(gateway: Gateway, mode: Mode, sock: socket.socket) -> None:
     """Serve the app on `sock` plus the platform's connection until a signal or a failure."""
     server = _server(create_app(gateway), gateway.settings)
-    if mode.platform == "telegram" and mode.webhook_url and not mode.polling:
-        try:
-            await _register_webhook(gateway.settings, mode.webhook_url)
-        except Exception as exc:
-            raise GatewayError(f"cannot register the Telegram webhook: {exc}") from None
+    described = registry.get(mode.platform)
+    plugin, conf = receiver_plugin(described), conf_of(gateway.settings, described)
+    await plugin.starting(gateway, conf, mode.options)
     http = asyncio.create_task(server.serve(sockets=[sock]), name="http")
     tasks = [http]
-    extra = _platform_task(gateway, mode)
+    extra = plugin.connection(gateway, conf, mode.options)
     if extra is not None:
         tasks.append(asyncio.create_task(extra, name=mode.platform))
 

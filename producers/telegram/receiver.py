@@ -34,6 +34,7 @@ from producers.telegram.translate import (
     migration,
     translate,
 )
+from shared.platforms import TELEGRAM
 from shared.store import chats
 from shared.store.errors import is_transient
 from shared.surrogates import scrub
@@ -103,7 +104,7 @@ class TelegramReceiver:
 
     def _migrate(self, moved: Migration) -> None:
         with self.gateway.store.write() as conn:
-            done = chats.migrate_chat(conn, "telegram", moved.old, moved.new, self.gateway.clock())
+            done = chats.migrate_chat(conn, TELEGRAM, moved.old, moved.new, self.gateway.clock())
         log.info("telegram chat %s migrated to %s: %s", moved.old, moved.new, done)
 
 

@@ -92,11 +92,10 @@ def get_home_channel(
 
 def guess_chat_type(platform: str, chat_id: str) -> str:
     """The chat type an id alone suggests (a configured home channel has nothing more)."""
-    if platform == "telegram":
-        return "dm" if not chat_id.startswith("-") else "group"
-    if platform == "slack":
-        return "dm" if chat_id.startswith("D") else "channel"
-    return "channel"
+    from shared.platforms import registry
+
+    found = registry.platforms().get(platform)
+    return found.chat_type_of(chat_id) if found is not None else "channel"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,13 +9,15 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import text
 
+from shared.platforms.discord import PLATFORM
 from shared.settings import Settings, load_settings
 from shared.store import Store, open_store, outbox
 from tests.fakes.delivery import delivery_runtime, reply, row
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.stack import redis_db_url
 from workers.deliver import flush
-from workers.delivery.split import DISCORD_LIMIT
+
+DISCORD_LIMIT = PLATFORM.message_limit
 
 TOKEN = "OTAw.fake-discord-token.SecretPart"
 

@@ -11,13 +11,16 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import text
 
+from shared.platforms.telegram import PLATFORM
 from shared.settings import Settings, load_settings
 from shared.store import Store, chats, open_store, outbox
 from tests.fakes.delivery import delivery_runtime, reply, row
 from tests.fakes.stack import redis_db_url
 from tests.fakes.telegram_api import FakeTelegram
 from workers.deliver import flush
-from workers.delivery.split import TELEGRAM_LIMIT, utf16_units
+from workers.delivery.split import utf16_units
+
+TELEGRAM_LIMIT = PLATFORM.message_limit
 
 TOKEN = "123456789:AAFakeTokenForTestsSecretPart"
 

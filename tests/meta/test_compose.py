@@ -14,10 +14,16 @@ import yaml
 from producers.cli.main import cli
 from producers.gateway.metrics import GatewayMetrics
 from shared.metrics import StoreCollector
+from shared.platforms import registry
 from shared.store import Store
 from workers.metrics import WorkerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _receiver_services() -> list[str]:
+    """Each registered platform's receiver service (its descriptor's `compose_service`)."""
+    return [p.compose_service for p in registry.platforms().values() if p.compose_service]
 
 
 def _compose() -> dict[str, Any]:
@@ -42,7 +48,7 @@ def _resolve(argv: list[str]) -> click.Command:
 def test_every_hermes_service_runs_a_real_command() -> None:
     services = _compose()["services"]
     hermes_services = {n: s for n, s in services.items() if s.get("command", [""])[0] == "hermes"}
-    assert {"worker", "beat", "flower", "telegram", "slack", "discord"} <= set(hermes_services)
+    assert {"worker", "beat", "flower", *_receiver_services()} <= set(hermes_services)
     for name, service in hermes_services.items():
         command = _resolve(service["command"][1:])
         options = {opt for param in command.params for opt in getattr(param, "opts", [])}
@@ -79,8 +85,9 @@ def test_compose_variables_are_settings_the_readme_lists() -> None:
         if not name.startswith("HERMES_"):
             continue
         key = name.removeprefix("HERMES_").lower().replace("__", ".")
-        generic = key.replace(".telegram.", ".<p>.").replace(".slack.", ".<p>.")
-        generic = generic.replace(".discord.", ".<p>.")
+        generic = key
+        for platform in registry.names():
+            generic = generic.replace(f".{platform}.", ".<p>.")
         listed = f"`{key}`" in readme or f"`{generic}`" in readme
         assert name == "HERMES_HOME" or listed, f"README does not list {key}"
 
@@ -90,20 +97,17 @@ def test_workers_carry_every_platform_credential_the_receivers_use() -> None:
     compose = _compose()
     shared = set(compose["x-hermes"]["environment"])
     platform_vars = {name for name in shared if name.startswith("HERMES_PLATFORMS__")}
-    assert {
-        "HERMES_PLATFORMS__TELEGRAM__TOKEN",
-        "HERMES_PLATFORMS__SLACK__TOKEN",
-        "HERMES_PLATFORMS__DISCORD__TOKEN",
-    } <= platform_vars
+    tokens = {f"HERMES_PLATFORMS__{name.upper()}__TOKEN" for name in registry.names()}
+    assert tokens <= platform_vars
     services = compose["services"]
-    for name in ("worker", "telegram", "slack", "discord"):
+    for name in ("worker", *_receiver_services()):
         env = set(services[name].get("environment") or shared)
         assert platform_vars <= env, f"{name} lacks {sorted(platform_vars - env)}"
 
 
 def test_the_image_installs_every_platform_sdk() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for extra in ("telegram", "slack", "discord", "flower", "postgres"):
+    for extra in (*registry.names(), "flower", "postgres"):
         assert extra in dockerfile.split("pip install", 1)[1].splitlines()[0], extra
 
 

@@ -8,14 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.delivery.split import (
-    DISCORD_LIMIT,
-    SLACK_LIMIT,
-    TELEGRAM_LIMIT,
-    chars,
-    split_text,
-    utf16_units,
-)
+from shared.platforms import registry
+from shared.platforms.descriptor import Platform
+from shared.platforms.telegram import PLATFORM as TELEGRAM
+from workers.delivery.split import chars, split_for, split_text, utf16_units
+
+TELEGRAM_LIMIT = TELEGRAM.message_limit
 
 
 def _squash(text: str) -> str:
@@ -60,16 +58,14 @@ def test_utf16_units() -> None:
     assert utf16_units("𝄞") == 2
 
 
-@pytest.mark.parametrize(
-    ("limit", "measure"),
-    [(TELEGRAM_LIMIT, utf16_units), (SLACK_LIMIT, chars), (DISCORD_LIMIT, chars)],
-)
-def test_platform_limits_hold_on_a_long_reply(limit: int, measure: object) -> None:
+@pytest.mark.parametrize("platform", list(registry.platforms().values()), ids=registry.names())
+def test_platform_limits_hold_on_a_long_reply(platform: Platform) -> None:
     paragraph = "Lorem ipsum dolor sit amet, consectetur adipiscing elit. 🚀 " * 20
     text = "\n\n".join([paragraph] * 30)
-    parts = split_text(text, limit, measure)  # type: ignore[arg-type]
+    parts = split_for(platform, text)
+    measure = utf16_units if platform.utf16 else chars
     assert len(parts) > 1
-    assert all(measure(p) <= limit for p in parts)  # type: ignore[operator]
+    assert all(measure(p) <= platform.message_limit for p in parts)
     assert _squash("".join(parts)) == _squash(text)
     assert all(p == p.strip() for p in parts)
 

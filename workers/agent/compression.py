@@ -17,7 +17,7 @@ from sqlalchemy import Connection, update
 
 from shared.ids import new_session_id
 from shared.model import SessionRecord
-from shared.platforms import GATEWAY_PLATFORMS
+from shared.platforms import gateway_platforms
 from shared.store import lineage, messages, usage
 from shared.store import sessions as session_rows
 from shared.store.resume import COMPRESSION
@@ -91,7 +91,7 @@ def continue_session(
     usage.record(conn, summary.calls, where(old.source, old.id, old.chat_id), rt.pricing)
     if old.ended_at is not None:
         return None
-    new_id = free_session_id(conn, rt.now_datetime(), gateway=old.source in GATEWAY_PLATFORMS)
+    new_id = free_session_id(conn, rt.now_datetime(), gateway=old.source in gateway_platforms())
     title = lineage.continuation_title(conn, old.title) if old.title else None
     new = session_rows.create_session(
         conn,

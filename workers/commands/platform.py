@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, insert, select, update
 
-from shared.platforms import CLI, GATEWAY_PLATFORMS
+from shared.platforms import CLI, gateway_platforms, registry
+from shared.platforms.descriptor import spoken_list
 from shared.session_key import derive_session_key
 from shared.store import chats, outbox
 from shared.store import sessions as session_rows
@@ -29,8 +30,9 @@ HANDOFF_WAKE_DELAY = 1.0  # the note commits with this command; wake its lane ju
 
 
 def _sethome(conn: Connection, rt: Runtime, turn: TurnRow, session_id: str, args: str) -> str:
-    if turn.platform not in GATEWAY_PLATFORMS:
-        return "/sethome works in a Telegram, Slack or Discord chat."
+    if turn.platform not in gateway_platforms():
+        titles = [p.title for p in registry.platforms().values()]
+        return f"/sethome works in a {spoken_list(titles)} chat."
     chats.set_home_channel(
         conn,
         chats.HomeChannel(
@@ -57,7 +59,8 @@ def home_key(rt: Runtime, home: chats.HomeChannel) -> str | None:
     from the id (only where keys carry no workspace scope: Telegram)."""
     if home.session_key is not None:
         return home.session_key
-    if home.platform != "telegram":
+    described = registry.platforms().get(home.platform)
+    if described is None or not described.keys_from_chat_id:
         return None
     probe = InboundTurn(
         platform=home.platform,
@@ -108,11 +111,11 @@ def _bind(
 def _handoff(conn: Connection, rt: Runtime, turn: TurnRow, session_id: str, args: str) -> str:
     target = args.strip().lower()
     if not target:
-        return "Usage: /handoff <telegram|slack|discord>"
+        return f"Usage: /handoff <{'|'.join(registry.names())}>"
     if target == CLI:
         return "To continue in the terminal, run: hermes -r " + session_id
-    if target not in GATEWAY_PLATFORMS:
-        return f"Unknown platform '{target}'. Use telegram, slack or discord."
+    if target not in gateway_platforms():
+        return f"Unknown platform '{target}'. Use {spoken_list(registry.names())}."
     if target not in rt.senders.platforms():
         configured = getattr(rt.settings.platforms, target, None)
         if configured is not None and not configured.enabled:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from shared.settings import Settings
 from shared.store.outbox import OutboxRow
+from workers.delivery.progress import Progress
+from workers.delivery.ratelimit import Limiter
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,16 @@ class Sender(Protocol):
     reads_store: bool
 
     def send(self, row: OutboxRow) -> Sent: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SenderDeps:
+    """What a platform's sender factory (`build(conf, deps)`) gets besides its settings."""
+
+    settings: Settings
+    limiter: Limiter  # fleet-wide token buckets and 429 cooldowns
+    progress: Progress  # which parts of a split reply are already sent
+    migrate_chat: Callable[[str, str, str], None]  # (platform, old id, new id) in state.db
 
 
 class MemorySender:

@@ -17,14 +17,15 @@ from typing import Any
 
 import httpx
 
+from shared.platforms.discord import PLATFORM, DiscordSettings
 from shared.store.outbox import OutboxRow
-from workers.delivery.base import RetryLater, Sent, Undeliverable
-from workers.delivery.progress import Progress
+from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
+from workers.delivery.progress import Progress, namespace
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
-from workers.delivery.split import DISCORD_LIMIT, split_text
+from workers.delivery.split import split_for
 
-PER_CHANNEL = (1.0, 5.0)
-PER_BOT = (50.0, 50.0)
+PER_CHANNEL = PLATFORM.rate_limits["chat"]
+PER_BOT = PLATFORM.rate_limits["bot"]
 TIMEOUT = 30.0
 USER_AGENT = "DiscordBot (https://github.com/hermes-fleet, 0.1)"
 
@@ -34,7 +35,7 @@ class SendFailed(Exception):
 
 
 class DiscordSender:
-    platform = "discord"
+    platform = PLATFORM.name
     reads_store = False
 
     def __init__(
@@ -54,7 +55,7 @@ class DiscordSender:
         )
         self._limiter = limiter
         self._progress = progress
-        self._keys = bot_key("discord", token)
+        self._keys = bot_key(PLATFORM.name, token)
         self._nonce_prefix = nonce_prefix[:8]
 
     def buckets(self, channel: str) -> list[Bucket]:
@@ -68,7 +69,7 @@ class DiscordSender:
 
     def send(self, row: OutboxRow) -> Sent:
         channel = row.thread_id or row.chat_id
-        parts = split_text(row.text, DISCORD_LIMIT)
+        parts = split_for(PLATFORM, row.text)
         done = self._progress.sent_parts(row.id)
         for index in range(len(done), len(parts)):
             wait = self._limiter.acquire(
@@ -142,3 +143,15 @@ def _seconds(value: Any, default: float) -> float:
         return max(0.0, float(value))
     except (TypeError, ValueError):
         return default
+
+
+def build(conf: DiscordSettings, deps: SenderDeps) -> DiscordSender:
+    """The sender for `platforms.discord` (the descriptor's `sender`)."""
+    assert conf.token is not None
+    return DiscordSender(
+        token=conf.token.get_secret_value(),
+        api_base=conf.api_base or "",
+        limiter=deps.limiter,
+        progress=deps.progress,
+        nonce_prefix=namespace(deps.settings.resolved_database_url)[:6],
+    )

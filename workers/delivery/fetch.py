@@ -8,8 +8,9 @@
   elsewhere in a (signed) event is refused, never sent the token.
 - Discord: the attachment's CDN URL (signed; no credentials).
 
-Every download streams and stops at `max_bytes`. `register_platform_fetchers` adds those whose
-platform has a token to a workers.agent.media.Fetchers registry.
+Every download streams and stops at `max_bytes`. A platform's descriptor names its fetcher
+factory (`fetcher`); `register_platform_fetchers` adds those whose platform has a token to a
+workers.agent.media.Fetchers registry.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from shared.settings import Settings
+from shared.platforms import registry
+from shared.platforms.descriptor import load
+from shared.settings import PlatformSettings, Settings
 from shared.turns import Attachment
 
 TIMEOUT = 30.0
@@ -141,25 +144,32 @@ class UrlFetcher:
         self._client.close()
 
 
-def platform_fetchers(settings: Settings) -> dict[str, Any]:
-    """Fetchers for the gateway platforms that have a token (Discord's CDN needs none)."""
-    found: dict[str, Any] = {}
-    telegram, slack, discord = (
-        settings.platforms.telegram,
-        settings.platforms.slack,
-        settings.platforms.discord,
+def telegram_fetcher(conf: PlatformSettings) -> TelegramFetcher:
+    assert conf.token is not None
+    return TelegramFetcher(
+        token=conf.token.get_secret_value(),
+        api_base=conf.api_base or "https://api.telegram.org/bot",
     )
-    if telegram.enabled and telegram.token is not None:
-        found["telegram"] = TelegramFetcher(
-            token=telegram.token.get_secret_value(),
-            api_base=telegram.api_base or "https://api.telegram.org/bot",
-        )
-    if slack.enabled and slack.token is not None:
-        found["slack"] = UrlFetcher(
-            token=slack.token.get_secret_value(), hosts=SLACK_HOSTS, api_base=slack.api_base
-        )
-    if discord.enabled and discord.token is not None:
-        found["discord"] = UrlFetcher()
+
+
+def slack_fetcher(conf: PlatformSettings) -> UrlFetcher:
+    assert conf.token is not None
+    return UrlFetcher(
+        token=conf.token.get_secret_value(), hosts=SLACK_HOSTS, api_base=conf.api_base
+    )
+
+
+def cdn_fetcher(conf: PlatformSettings) -> UrlFetcher:
+    return UrlFetcher()
+
+
+def platform_fetchers(settings: Settings) -> dict[str, Any]:
+    """Fetchers for the registered platforms that have one and a token (descriptor `fetcher`)."""
+    found: dict[str, Any] = {}
+    for name, platform in registry.platforms().items():
+        conf = settings.platforms.of(name)
+        if platform.fetcher is not None and conf.configured:
+            found[name] = load(platform.fetcher)(conf)
     return found
 
 

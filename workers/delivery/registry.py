@@ -1,4 +1,5 @@
-"""Which sender serves which platform; adding a platform adds one entry here."""
+"""Which sender serves which platform: the terminal's, and each configured platform's (built by
+the factory its descriptor names; shared/platforms/)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,17 @@ import time
 from functools import partial
 from typing import Any
 
+from shared.platforms import registry
+from shared.platforms.descriptor import load
 from shared.redact import install_redaction, secrets_of
 from shared.sdks import SENDER, configured_platforms, missing_sdk
 from shared.settings import Settings
 from shared.store import chats
 from shared.store.engine import connect
 from shared.store.outbox import OutboxRow
-from workers.delivery.base import Sender, Sent
+from workers.delivery.base import Sender, SenderDeps, Sent
 from workers.delivery.cli import CliSender
-from workers.delivery.progress import LocalProgress, Progress, RedisProgress, namespace
+from workers.delivery.progress import LocalProgress, Progress, RedisProgress
 from workers.delivery.ratelimit import Limiter, LocalLimiter, RedisLimiter
 
 log = logging.getLogger(__name__)
@@ -112,32 +115,16 @@ def build_senders(settings: Settings, redis_client: Any | None) -> SenderRegistr
 
 
 def _build(name: str, settings: Settings, limiter: Limiter, progress: Progress) -> Sender:
-    platform = getattr(settings.platforms, name)
-    token = platform.token.get_secret_value()
-    api_base = platform.api_base or ""
-    if name == "telegram":
-        from workers.delivery.telegram import TelegramSender
-
-        return TelegramSender(
-            token=token,
-            api_base=api_base,
-            limiter=limiter,
-            progress=progress,
-            migrate=partial(_migrate_chat, settings.resolved_database_url, "telegram"),
-        )
-    if name == "slack":
-        from workers.delivery.slack import SlackSender
-
-        return SlackSender(token=token, api_base=api_base, limiter=limiter, progress=progress)
-    from workers.delivery.discord import DiscordSender
-
-    return DiscordSender(
-        token=token,
-        api_base=api_base,
+    """The platform's sender, from the factory its descriptor names (workers/delivery/<p>.py)."""
+    described = registry.get(name)
+    deps = SenderDeps(
+        settings=settings,
         limiter=limiter,
         progress=progress,
-        nonce_prefix=namespace(settings.resolved_database_url)[:6],
+        migrate_chat=partial(_migrate_chat, settings.resolved_database_url),
     )
+    sender: Sender = load(described.sender)(settings.platforms.of(name), deps)
+    return sender
 
 
 def _migrate_chat(database_url: str, platform: str, old: str, new: str) -> None:

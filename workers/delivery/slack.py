@@ -15,14 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.platforms.slack import PLATFORM, SlackSettings
 from shared.store.outbox import OutboxRow
-from workers.delivery.base import RetryLater, Sent, Undeliverable
+from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
-from workers.delivery.split import SLACK_LIMIT, split_text
+from workers.delivery.split import split_for
 
-PER_CHANNEL = (1.0, 3.0)
-PER_WORKSPACE = (20.0, 40.0)
+PER_CHANNEL = PLATFORM.rate_limits["chat"]
+PER_WORKSPACE = PLATFORM.rate_limits["bot"]
 TIMEOUT = 30
 WORKSPACE_WIDE_AFTER = 5.0  # a 429 asking for a longer wait pauses every channel
 
@@ -54,7 +55,7 @@ def escape(text: str) -> str:
 
 
 class SlackSender:
-    platform = "slack"
+    platform = PLATFORM.name
     reads_store = False
 
     def __init__(self, *, token: str, api_base: str, limiter: Limiter, progress: Progress) -> None:
@@ -67,7 +68,7 @@ class SlackSender:
         )
         self._limiter = limiter
         self._progress = progress
-        self._keys = bot_key("slack", token)
+        self._keys = bot_key(PLATFORM.name, token)
 
     def buckets(self, channel: str) -> list[Bucket]:
         return [
@@ -79,7 +80,7 @@ class SlackSender:
         return [f"{self._keys}:cool:chat:{channel}", f"{self._keys}:cool:bot"]
 
     def send(self, row: OutboxRow) -> Sent:
-        parts = split_text(row.text, SLACK_LIMIT)
+        parts = split_for(PLATFORM, row.text)
         done = self._progress.sent_parts(row.id)
         for index in range(len(done), len(parts)):
             wait = self._limiter.acquire(
@@ -129,3 +130,14 @@ def _seconds(value: Any, default: float) -> float:
         return max(0.0, float(value))
     except (TypeError, ValueError):
         return default
+
+
+def build(conf: SlackSettings, deps: SenderDeps) -> SlackSender:
+    """The sender for `platforms.slack` (the descriptor's `sender`)."""
+    assert conf.token is not None
+    return SlackSender(
+        token=conf.token.get_secret_value(),
+        api_base=conf.api_base or "",
+        limiter=deps.limiter,
+        progress=deps.progress,
+    )

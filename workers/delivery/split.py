@@ -1,7 +1,8 @@
 """Splitting a long reply into parts a platform accepts: at paragraphs, then lines, then words.
 
-Each platform measures its limit its own way: Telegram counts UTF-16 code units (an emoji
-outside the BMP is two), Slack and Discord count characters. Parts never end inside a
+Each platform measures its limit its own way (its descriptor's `message_limit` and `utf16`):
+Telegram counts UTF-16 code units (an emoji outside the BMP is two), Slack and Discord count
+characters. Parts never end inside a
 character (so never inside a surrogate pair), and a cut prefers the last paragraph break, then
 line break, then space in the second half of the window, so parts are not needlessly short.
 """
@@ -10,11 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-Measure = Callable[[str], int]
+from shared.platforms.descriptor import Platform
 
-TELEGRAM_LIMIT = 4096  # UTF-16 code units of the text after entities are parsed (plain text)
-SLACK_LIMIT = 4000  # Slack truncates at 40,000 characters but asks for at most 4,000
-DISCORD_LIMIT = 2000  # characters of `content`
+Measure = Callable[[str], int]
 
 _BREAKS = ("\n\n", "\n", " ")
 
@@ -74,3 +73,8 @@ def split_text(text: str, limit: int, measure: Measure = chars) -> list[str]:
         parts.append(part)
         rest = rest[at:].lstrip()
     return parts
+
+
+def split_for(platform: Platform, text: str) -> list[str]:
+    """`text` as the parts `platform` accepts (its descriptor's limit and measure)."""
+    return split_text(text, platform.message_limit, utf16_units if platform.utf16 else chars)

@@ -22,20 +22,22 @@ import logging
 import warnings
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
+from shared.platforms.telegram import PLATFORM, TelegramSettings
 from shared.store.outbox import OutboxRow
 from workers.delivery.aioloop import LoopThread
-from workers.delivery.base import RetryLater, Sent, Undeliverable
+from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
-from workers.delivery.split import TELEGRAM_LIMIT, split_text, utf16_units
+from workers.delivery.split import split_for
 
 log = logging.getLogger(__name__)
 
-PER_CHAT = (1.0, 3.0)  # tokens/s, burst
-PER_GROUP = (20 / 60, 20.0)
-PER_BOT = (30.0, 30.0)
+PER_CHAT = PLATFORM.rate_limits["chat"]  # tokens/s, burst
+PER_GROUP = PLATFORM.rate_limits["group"]
+PER_BOT = PLATFORM.rate_limits["bot"]
 TIMEOUT = 30.0
 BOT_WIDE_AFTER = 5.0  # a 429 asking for a longer wait pauses the whole bot, not just the chat
 
@@ -79,7 +81,7 @@ def retry_after_seconds(exc: Any) -> float:
 
 
 class TelegramSender:
-    platform = "telegram"
+    platform = PLATFORM.name
     reads_store = False
 
     def __init__(
@@ -104,7 +106,7 @@ class TelegramSender:
         self._bot: Any | None = None
         self._requests: list[Any] = []
         self._moved: dict[str, str] = {}
-        self._keys = bot_key("telegram", token)
+        self._keys = bot_key(PLATFORM.name, token)
         quiet_retry_after_warning()
 
     def _forget_bot(self) -> None:
@@ -149,7 +151,7 @@ class TelegramSender:
         return [f"{self._keys}:cool:chat:{chat_id}", f"{self._keys}:cool:bot"]
 
     def send(self, row: OutboxRow) -> Sent:
-        parts = split_text(row.text, TELEGRAM_LIMIT, utf16_units)
+        parts = split_for(PLATFORM, row.text)
         done = self._progress.sent_parts(row.id)
         chat_id = self._moved.get(row.chat_id, row.chat_id)
         for index in range(len(done), len(parts)):
@@ -236,3 +238,15 @@ class TelegramSender:
 
         self._loop.close(shutdown)
         self._forget_bot()
+
+
+def build(conf: TelegramSettings, deps: SenderDeps) -> TelegramSender:
+    """The sender for `platforms.telegram` (the descriptor's `sender`)."""
+    assert conf.token is not None
+    return TelegramSender(
+        token=conf.token.get_secret_value(),
+        api_base=conf.api_base or "",
+        limiter=deps.limiter,
+        progress=deps.progress,
+        migrate=partial(deps.migrate_chat, PLATFORM.name),
+    )
