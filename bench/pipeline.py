@@ -48,9 +48,9 @@ if str(ROOT) not in sys.path:
 import redis  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
+from producers.broker import PUBLISH_RETRY, BrokerWaker, broker_client  # noqa: E402
 from producers.intake import accept  # noqa: E402
 from producers.stack.embedded_redis import EmbeddedRedis, server_binary  # noqa: E402
-from producers.wake import PUBLISH_RETRY, BrokerWaker, broker_client  # noqa: E402
 from shared.settings import Settings, load_settings  # noqa: E402
 from shared.store import Store, open_store  # noqa: E402
 from shared.tasknames import PROBE, TURNS_QUEUE  # noqa: E402

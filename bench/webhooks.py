@@ -108,9 +108,9 @@ def serve(kind: str, port: int) -> None:
         server = _server(app)
         run_loop(server.serve(sockets=[sock]))
         return
-    from producers.gateway.context import Gateway
-    from producers.gateway.wakeups import PausingWaker
-    from producers.wake import BrokerWaker, broker_client
+    from producers.broker import BrokerWaker, broker_client
+    from producers.gateway.deps import Gateway
+    from producers.gateway.pausing_waker import PausingWaker
     from shared.settings import load_settings
     from shared.store import open_store
 

@@ -26,7 +26,7 @@ from shared.turns import InboundTurn, validate_turn
 
 @runtime_checkable
 class BatchWaker(Protocol):
-    """A Waker that can send many drain wake-ups at once (producers/wake.py)."""
+    """A Waker that can send many drain wake-ups at once (producers/broker.py)."""
 
     def drain_many(self, session_keys: Sequence[str]) -> set[str]:
         """Send a drain wake-up per key; returns the keys whose wake-up was sent."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from celery import Celery
 
-from producers.wake import PUBLISH_RETRY
+from producers.broker import PUBLISH_RETRY
 from shared.maintenance import PRUNE_LAST_RUN, prune_due
 from shared.settings import Settings
 from shared.store import Store, meta

@@ -24,7 +24,7 @@ from workers.runtime import RuntimeHolder
 log = logging.getLogger(__name__)
 
 
-class CeleryWaker:
+class WorkerWaker:
     """Wake-ups through the broker; a failure is logged and left to the redrive sweep."""
 
     def __init__(self, app: Celery) -> None:
@@ -92,12 +92,12 @@ class _HermesCelery(Celery):  # type: ignore[misc]  # Celery ships no type hints
 def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> Celery:
     """A Celery app with hermes's tasks; the store and agent are built later, per process.
     `metrics`: what the worker's /metrics serves (else each process counts privately)."""
-    from workers.tasks import delivery, maintenance, sweeps, titles, turns
+    from workers.tasks import flush, maintenance, sweeps, titles, turns
 
     app = _HermesCelery("hermes", set_as_current=False)
     app.conf.update(celery_config(settings))
-    runtimes = RuntimeHolder(settings, CeleryWaker(app), metrics)
+    runtimes = RuntimeHolder(settings, WorkerWaker(app), metrics)
     app.hermes_runtimes = runtimes
-    for module in (turns, delivery, maintenance, titles, sweeps):
+    for module in (turns, flush, maintenance, titles, sweeps):
         module.register(app, runtimes)
     return app

@@ -35,7 +35,7 @@ from shared.store.prepared import Prepared
 from shared.store.resume import runs_in_left_session
 from shared.store.schema import routes, sessions
 from shared.titles import TitleError
-from workers import deliver
+from workers import flush
 from workers.agent import compression, metering, titles
 from workers.agent.auxiliary import AuxiliaryUnavailable
 from workers.agent.base import AgentReply, AgentRequest
@@ -84,7 +84,7 @@ class _Next:
     retry_in: float | None = None
 
 
-_Opened = tuple[str, deliver.Opened]  # a reply lane, opened in the turn's write
+_Opened = tuple[str, flush.Opened]  # a reply lane, opened in the turn's write
 
 
 def drain(rt: Runtime, key: str) -> DrainResult:
@@ -226,7 +226,7 @@ def _bury(rt: Runtime, held: Held, turn: inbox.TurnRow) -> None:
         turn.attempts,
         turn.error,
     )
-    deliver.deliver_now(rt, outbox.lane_for(turn.platform, turn.chat_id))
+    flush.deliver_now(rt, outbox.lane_for(turn.platform, turn.chat_id))
 
 
 def current_session(conn: Connection, rt: Runtime, turn: inbox.TurnRow) -> str:
@@ -437,7 +437,7 @@ def _commit(
         )
         address = reply_address(conn, rt, turn)
         # A terminal reads its replies from here: this commit delivers them, no lane to open.
-        in_store = address is not None and deliver.reads_store(rt, address[0])
+        in_store = address is not None and flush.reads_store(rt, address[0])
         last: outbox.OutboxRow | None = None
         for text in reply.replies:
             if address is None:
@@ -464,14 +464,14 @@ def _commit(
         following = _claim(conn, rt, held.lease, now) if claim else None
         if last is None or in_store:
             return following, last, None
-        return following, None, (last.lane, deliver.open_lane(conn, holder, last.lane, now))
+        return following, None, (last.lane, flush.open_lane(conn, holder, last.lane, now))
 
     following, delivered, opened = rt.store.run_write(write)
     rt.metrics.turn_committed(turn.platform, status, reply.calls)
     if delivered is not None:
-        deliver.nudge(rt, delivered)  # once: the reader takes all of the turn's replies
+        flush.nudge(rt, delivered)  # once: the reader takes all of the turn's replies
     if opened is not None:
-        deliver.deliver_now(rt, *opened)
+        flush.deliver_now(rt, *opened)
     return following
 
 

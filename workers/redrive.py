@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from shared.store import inbox, leases, outbox
 from shared.store.meta import get_meta, set_meta
-from workers.deliver import lane_lease_name
+from workers.flush import lane_lease_name
 from workers.runtime import Runtime
 
 log = logging.getLogger(__name__)

@@ -17,13 +17,13 @@ from typing import Any
 import click
 from rich.console import Console
 
+from producers.broker import BrokerWaker, broker_client
 from producers.cli.app import App, fail, pass_app
 from producers.cli.chat_client import NothingToResume, TerminalChat
 from producers.cli.chat_options import continue_option, resume_option
 from producers.cli.chat_stack import ChatStack, WorkerExited
 from producers.cli.startup import on_chat_start
 from producers.stack.embedded_redis import EmbeddedRedisError
-from producers.wake import BrokerWaker, broker_client
 from shared.turns import Attachment
 
 TITLE_WAIT_SECONDS = 2.0

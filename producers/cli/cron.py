@@ -135,7 +135,7 @@ def remove(app: App, job: str) -> None:
 @pass_app
 def run_now(app: App, job: str) -> None:
     """Run JOB once now, outside its schedule (through the workers)."""
-    from producers.wake import BrokerWaker, broker_client
+    from producers.broker import BrokerWaker, broker_client
 
     with app.store().write() as conn:
         try:

@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 
+from producers.broker import broker_client
 from producers.cli.app import App, pass_app
 from producers.cli.up import _redact
 from producers.stack.embedded_redis import is_alive
-from producers.wake import broker_client
 from shared.store import inbox, outbox
 
 

@@ -13,11 +13,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from producers.broker import broker_client
 from producers.cli.app import App, fail, pass_app
 from producers.maintenance import request_prune_in_background
 from producers.stack.embedded_redis import EmbeddedRedis, EmbeddedRedisError
 from producers.stack.supervisor import Supervisor
-from producers.wake import broker_client
 from shared.platforms import registry
 from shared.sdks import configured_platforms, sdk_problems
 from shared.settings import Settings

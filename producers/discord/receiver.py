@@ -17,7 +17,7 @@ import warnings
 from typing import Any
 
 from producers.discord.translate import BadMessage, Ignored, translate
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from shared.surrogates import scrub
 from shared.turns import InboundTurn, TurnRejected
 

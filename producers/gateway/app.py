@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from producers.gateway.plugin import conf_of, receiver_plugin
 from producers.gateway.port import stack_id
 from shared.platforms import registry

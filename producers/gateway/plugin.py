@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from shared.platforms.descriptor import Platform, load
 from shared.settings import PlatformSettings, Settings
 

@@ -21,14 +21,14 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from producers.broker import BrokerWaker, broker_client
 from producers.gateway.app import create_app
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from producers.gateway.metrics import GatewayMetrics
+from producers.gateway.pausing_waker import PausingWaker
 from producers.gateway.plugin import GatewayError, conf_of, receiver_plugin
 from producers.gateway.port import PortInUse, claim
-from producers.gateway.wakeups import PausingWaker
 from producers.maintenance import request_prune_in_background
-from producers.wake import BrokerWaker, broker_client
 from shared.platforms import registry
 from shared.redact import install_redaction, secrets_of
 from shared.sdks import RECEIVER, missing_sdk

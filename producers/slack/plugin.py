@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from producers.gateway.plugin import GatewayError, Options, ReceiverPlugin
 from producers.slack.receiver import SlackReceiver, run_socket_mode
 from shared.platforms.slack import SlackSettings

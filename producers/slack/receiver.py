@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from producers.gateway.body import BadRequest, media_type, parse_json, read_body
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from producers.slack.signature import BadSignature, check_headers, verify
 from producers.slack.translate import BadEvent, Ignored, translate, translate_command
 from shared.platforms import DM

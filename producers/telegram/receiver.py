@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from producers.gateway.body import BadRequest, media_type, parse_json, read_body
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from producers.telegram.translate import (
     BadUpdate,
     Ignored,

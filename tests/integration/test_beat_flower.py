@@ -119,7 +119,7 @@ def test_flower_shows_a_drained_turn_by_its_readable_name(
         base = f"http://127.0.0.1:{port}"
         assert _wait(lambda: _up(base), 60), (fleet.home / "flower.log").read_text()[-2000:]
         assert httpx.get(f"{base}/api/workers", timeout=5).status_code == 401  # auth required
-        from producers.wake import BrokerWaker, broker_client
+        from producers.broker import BrokerWaker, broker_client
 
         waker = BrokerWaker(broker_client(settings))
         deadline = time.monotonic() + 60

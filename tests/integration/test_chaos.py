@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from producers.broker import BrokerWaker, broker_client
 from producers.intake import accept
-from producers.wake import BrokerWaker, broker_client
 from shared.settings import Settings
 from shared.store import Store
 from tests.chaos import (

@@ -15,7 +15,7 @@ from shared.store import Store, open_store, outbox
 from tests.fakes.delivery import delivery_runtime, reply, row
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.stack import redis_db_url
-from workers.deliver import flush
+from workers.flush import flush
 
 DISCORD_LIMIT = PLATFORM.message_limit
 

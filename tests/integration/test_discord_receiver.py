@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from producers.discord.receiver import DiscordReceiver
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings
 from shared.store import Store

@@ -16,9 +16,9 @@ from shared.store.schema import routes
 from shared.turns import TurnRejected
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
 from workers.agent.offline import OfflineAgent
-from workers.deliver import flush
 from workers.delivery.base import MemorySender, RetryLater
 from workers.drain import drain
+from workers.flush import flush
 
 
 @pytest.fixture
@@ -241,7 +241,7 @@ def test_delivery_keeps_chat_order_and_honours_retry_after(
 
 
 def test_broker_down_the_turn_is_kept_and_redrive_finds_it(hermes_env: dict[str, str]) -> None:
-    from producers.wake import BrokerWaker, broker_client
+    from producers.broker import BrokerWaker, broker_client
     from workers.redrive import redrive
 
     settings = load_settings({**hermes_env, "HERMES_BROKER_URL": "redis://127.0.0.1:1/0"})

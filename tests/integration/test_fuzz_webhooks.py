@@ -21,7 +21,7 @@ from sqlalchemy import text
 from starlette.testclient import TestClient
 
 from producers.gateway.app import create_app
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from producers.slack.signature import sign
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings

@@ -18,10 +18,10 @@ import redis
 from sqlalchemy import select
 from starlette.testclient import TestClient
 
+from producers.broker import BrokerWaker, broker_client
 from producers.gateway.app import create_app
-from producers.gateway.context import Gateway
-from producers.gateway.wakeups import PausingWaker
-from producers.wake import BrokerWaker, broker_client
+from producers.gateway.deps import Gateway
+from producers.gateway.pausing_waker import PausingWaker
 from shared.settings import Settings, load_settings
 from shared.store import Store, open_store
 from shared.store.schema import routes

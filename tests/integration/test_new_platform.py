@@ -26,11 +26,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route as StarletteRoute
 
+from producers.broker import BrokerWaker, broker_client
 from producers.cli.gateway import gateway as gateway_command
 from producers.gateway.app import create_app
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from producers.gateway.plugin import ReceiverPlugin
-from producers.wake import BrokerWaker, broker_client
 from shared.platforms import DM, gateway_platforms, registry
 from shared.platforms.descriptor import Platform, Route
 from shared.redact import secrets_of

@@ -15,7 +15,7 @@ from shared.store import Store, open_store, outbox
 from tests.fakes.delivery import delivery_runtime, reply, row
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.stack import redis_db_url
-from workers.deliver import flush
+from workers.flush import flush
 
 SLACK_LIMIT = PLATFORM.message_limit
 

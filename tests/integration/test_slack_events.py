@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from producers.gateway.app import create_app
 from producers.gateway.body import MAX_BODY
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from producers.slack.signature import BadSignature, sign, verify
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings

@@ -8,7 +8,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from producers.slack.receiver import SlackReceiver, run_socket_mode
 from shared.ports import RecordingWaker
 from shared.settings import load_settings

@@ -17,8 +17,8 @@ from shared.store import Store, chats, open_store, outbox
 from tests.fakes.delivery import delivery_runtime, reply, row
 from tests.fakes.stack import redis_db_url
 from tests.fakes.telegram_api import FakeTelegram
-from workers.deliver import flush
 from workers.delivery.split import utf16_units
+from workers.flush import flush
 
 TELEGRAM_LIMIT = PLATFORM.message_limit
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from producers.telegram.receiver import TelegramPoller, TelegramReceiver
 from shared.ports import RecordingWaker
 from shared.settings import load_settings

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 
 from producers.gateway.app import create_app
 from producers.gateway.body import MAX_BODY
-from producers.gateway.context import Gateway
+from producers.gateway.deps import Gateway
 from producers.gateway.port import stack_id
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings

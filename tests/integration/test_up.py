@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from producers.broker import BrokerWaker, broker_client
 from producers.intake import accept
-from producers.wake import BrokerWaker, broker_client
 from shared.settings import load_settings
 from shared.store import open_store, outbox
 from tests.pipeline_helpers import turn

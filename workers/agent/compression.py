@@ -26,8 +26,8 @@ from shared.titles import TitleSource
 from shared.usage import ModelCall
 from workers.agent.auxiliary import Auxiliary, AuxiliaryUnavailable, OfflineAuxiliary
 from workers.agent.client import Stopped
-from workers.agent.context import estimate_tokens
 from workers.agent.metering import Meter, where
+from workers.agent.window import estimate_tokens
 from workers.runtime import Runtime
 
 ID_TRIES = 5

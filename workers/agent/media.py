@@ -29,8 +29,8 @@ from shared.store.inbox import TurnRow
 from shared.turns import Attachment
 from shared.usage import TRANSCRIPTION, ModelCall
 from workers.agent.auxiliary import Auxiliary, AuxiliaryUnavailable
-from workers.agent.context import estimate_tokens
 from workers.agent.metering import Meter
+from workers.agent.window import estimate_tokens
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from shared.platforms import CRON
 from shared.store.usage import Where
 from shared.usage import ModelCall
 from workers.agent.client import Completion
-from workers.agent.context import MESSAGE_OVERHEAD, estimate_tokens, estimate_value
+from workers.agent.window import MESSAGE_OVERHEAD, estimate_tokens, estimate_value
 
 Meter = list[ModelCall]
 

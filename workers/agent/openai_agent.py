@@ -32,17 +32,17 @@ from workers.agent.client import (
     Stopped,
     model_config,
 )
-from workers.agent.context import (
+from workers.agent.media import MediaProcessor, Prepared
+from workers.agent.metering import Meter, model_call
+from workers.agent.prompt import base_prompt, system_prompt
+from workers.agent.tools.registry import ToolContext, ToolRegistry
+from workers.agent.window import (
     MESSAGE_OVERHEAD,
     build_window,
     estimate_tokens,
     estimate_value,
     reserve_for_reply,
 )
-from workers.agent.media import MediaProcessor, Prepared
-from workers.agent.metering import Meter, model_call
-from workers.agent.prompt import base_prompt, system_prompt
-from workers.agent.tools.registry import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from shared.commands import Command
 from shared.store import inbox, leases, outbox
 from workers.commands import agent, platform, session
 from workers.commands.base import Handler, answer_rows
-from workers.deliver import deliver_now
+from workers.flush import deliver_now
 from workers.renewer import Held
 from workers.runtime import Runtime
 

@@ -30,7 +30,7 @@ from workers.agent.auxiliary import AuxiliaryUnavailable
 from workers.agent.client import Stopped
 from workers.agent.compression import continue_session, summarise
 from workers.commands.base import Handler, answer_rows
-from workers.deliver import deliver_now
+from workers.flush import deliver_now
 from workers.renewer import Held
 from workers.runtime import Runtime
 

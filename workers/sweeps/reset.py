@@ -23,7 +23,7 @@ from shared.settings import ResetOverrideSettings, SessionResetSettings
 from shared.store import housekeeping as hk
 from shared.store import outbox
 from shared.wording import plural
-from workers.deliver import deliver_now
+from workers.flush import deliver_now
 from workers.runtime import Runtime
 
 log = logging.getLogger(__name__)

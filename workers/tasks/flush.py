@@ -9,7 +9,7 @@ from celery import Celery
 from sqlalchemy.exc import OperationalError
 
 from shared.tasknames import DELIVER
-from workers.deliver import flush
+from workers.flush import flush
 from workers.runtime import RuntimeHolder
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from producers.gateway.wakeups import PausingWaker
+from producers.gateway.pausing_waker import PausingWaker
 from shared.ports import RecordingWaker
 
 

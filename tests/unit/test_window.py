@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from shared.model import MessageRecord
-from workers.agent.context import build_window, coherent, estimate_tokens, message_tokens
+from workers.agent.window import build_window, coherent, estimate_tokens, message_tokens
 
 
 def msg(n: int, role: str, content: str | None = "x" * 40, **extra: object) -> MessageRecord:
