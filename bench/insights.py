@@ -31,6 +31,7 @@ if __package__ in (None, ""):
 
 from rich.console import Console
 
+from bench.common import ROOT
 from bench.corpus import build_store
 from producers.cli.insights import report_document
 from producers.cli.insights_html import render
@@ -42,7 +43,6 @@ FULL = {"sessions": 21_000, "messages": 1_500_000}
 QUICK = {"sessions": 600, "messages": 40_000}
 TARGET_SECONDS = 1.0
 SIDECAR = ".bench.json"
-ROOT = Path(__file__).resolve().parent.parent
 
 # The plain alternative: the report's groupings straight from the ledger's rows.
 PLAIN = [

@@ -30,23 +30,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import random
 import shutil
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import corpus
-from bench.store import build, ms, pct, progress, say, workspace
+from bench.maintenance_writers import stall_by_phase, summarise, writers
+from bench.store import build, progress, say, workspace
 from bench.store import checkpoint as store_checkpoint
 from shared.ports import RecordingWaker
 from shared.search.tool import run
@@ -54,7 +52,6 @@ from shared.settings import load_settings
 from shared.store import reclaim as reclaim_store
 from shared.store import sqlite as store_sqlite
 from shared.store.engine import open_store
-from shared.store.messages import append_message
 
 TARGETS = {"ours_max_stall_ms": 250.0, "ours_failed_writes": 0, "ours_returned_share": 0.9}
 FULL = (20_000, 1_000_000)
@@ -115,111 +112,6 @@ def live_sessions(path: Path, cutoff: float, count: int, seed: int) -> list[str]
             )
         ]
     return random.Random(seed).sample(ids, min(count, len(ids)))
-
-
-# --- the writers ----------------------------------------------------------------------------
-
-
-def writer(
-    path: str, session_ids: list[str], interval: float, seed: int, stop: Any, ready: Any, out: Any
-) -> None:
-    """One turn writer: appends until `stop`, then sends [(started epoch, seconds, error)].
-
-    Says `ready` after its first 20 writes (connections open, statements compiled) and leaves
-    them out, so the cold start of a process is not counted as a stall."""
-    store = open_store(f"sqlite:///{path}")
-    rng = random.Random(seed)
-    samples: list[tuple[float, float, str | None]] = []
-    try:
-        while not stop.is_set():
-            if len(samples) == 20:
-                ready.put(seed)
-            started_at, started = time.time(), time.perf_counter()
-            error: str | None = None
-            try:
-                with store.write() as conn:
-                    append_message(
-                        conn,
-                        rng.choice(session_ids),
-                        "user",
-                        corpus.user_text(rng, "zh" if rng.random() < 0.05 else "en"),
-                        now=started_at,
-                        token_count=20,
-                    )
-            except Exception as exc:  # a lost write is what this bench counts
-                error = f"{type(exc).__name__}: {exc}"[:200]
-            samples.append((started_at, time.perf_counter() - started, error))
-            stop.wait(interval)
-    finally:
-        store.close()
-        out.put(samples[20:])
-
-
-@contextmanager
-def writers(path: Path, ids: list[str], count: int, interval: float) -> Iterator[list[Any]]:
-    """Run `count` writer processes for the body; yields the list their samples land in."""
-    ctx = multiprocessing.get_context("spawn")
-    stop, ready, out = ctx.Event(), ctx.Queue(), ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=writer, args=(str(path), ids, interval, n, stop, ready, out), daemon=True
-        )
-        for n in range(count)
-    ]
-    for proc in procs:
-        proc.start()
-    collected: list[Any] = []
-    try:
-        for _ in procs:
-            ready.get(timeout=120)
-        time.sleep(1.0)  # a baseline before maintenance starts
-        yield collected
-        time.sleep(1.0)
-    finally:
-        stop.set()
-        for _ in procs:
-            collected.extend(out.get(timeout=120))
-        for proc in procs:
-            proc.join(timeout=30)
-
-
-def summarise(
-    samples: list[tuple[float, float, str | None]], start: float, end: float
-) -> dict[str, Any]:
-    """Writes that overlapped the maintenance window [start, end]."""
-    during = _during(samples, start, end)
-    before = [s for s in samples if s[0] + s[1] < start]
-    failed = [s for s in during if s[2] is not None]
-    waits = [s[1] for s in during]
-    return {
-        "writes": len(during),
-        "failed_writes": len(failed),
-        "max_stall_ms": ms(max(waits, default=0.0)),
-        "p99_write_ms": ms(pct(waits, 0.99)),
-        "p50_write_ms": ms(pct(waits, 0.5)),
-        "writes_over_250ms": sum(wait > 0.25 for wait in waits),
-        "baseline_max_ms": ms(max((s[1] for s in before), default=0.0)),
-        "errors": sorted({s[2] for s in failed if s[2]})[:3],
-    }
-
-
-def _during(
-    samples: list[tuple[float, float, str | None]], start: float, end: float
-) -> list[tuple[float, float, str | None]]:
-    return [s for s in samples if s[0] <= end and s[0] + s[1] >= start]
-
-
-def stall_by_phase(
-    samples: list[tuple[float, float, str | None]], end: float, phases: list[tuple[str, float]]
-) -> dict[str, float]:
-    """The longest write in each of `phases` ((name, seconds), in order, ending at `end`)."""
-    out: dict[str, float] = {}
-    stop = end
-    for name, seconds in reversed(phases):
-        begin = stop - seconds
-        out[name] = ms(max((s[1] for s in _during(samples, begin, stop)), default=0.0))
-        stop = begin
-    return dict(reversed(out.items()))
 
 
 def segments(path: Path) -> dict[str, int]:

@@ -35,6 +35,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import quantile
 from bench.corpus import build_store, vocabulary
 from shared.search.tool import run
 from shared.store import Store, open_store
@@ -158,11 +159,6 @@ def _time(call: Callable[[], dict[str, Any]]) -> tuple[float, float, dict[str, A
     return (time.perf_counter() - began) * 1000, (time.thread_time() - cpu) * 1000, result
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
 def _measure(store: Store, queries: dict[str, list]) -> dict[str, dict[str, Any]]:
     for args in [q for qs in queries.values() for q in qs[:3]]:  # warm the connection pool
         run(store, args, None)
@@ -183,10 +179,10 @@ def _measure(store: Store, queries: dict[str, list]) -> dict[str, dict[str, Any]
         report[name] = {
             "n": len(times),
             "p50_ms": round(statistics.median(times), 2),
-            "p99_ms": round(_percentile(times, 0.99), 2),
+            "p99_ms": round(quantile(times, 0.99), 2),
             "max_ms": round(max(times), 2),
             "cpu_p50_ms": round(statistics.median(cpu), 2),
-            "cpu_p99_ms": round(_percentile(cpu, 0.99), 2),
+            "cpu_p99_ms": round(quantile(cpu, 0.99), 2),
             "with_results": found,
             "errors": errors,
         }
