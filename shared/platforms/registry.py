@@ -13,7 +13,7 @@ from shared.platforms.descriptor import Platform
 
 GROUP = "hermes_fleet.platforms"
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _installed: dict[str, Platform] | None = None
 _added: dict[str, Platform] = {}
 
