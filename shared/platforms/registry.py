@@ -29,6 +29,11 @@ def _load_installed() -> dict[str, Platform]:
         if not isinstance(descriptor, Platform) or descriptor.name != point.name:
             raise TypeError(f"entry point {point.name} = {point.value} is not its Platform")
         found[point.name] = descriptor
+    if not found:  # this distribution ships three: their absence is a stale install
+        raise RuntimeError(
+            f"no platforms are registered under the {GROUP!r} entry points: the installed "
+            "metadata predates them; reinstall hermes-fleet (pip install -e .)"
+        )
     return found
 
 
