@@ -90,3 +90,17 @@ class BrokerWaker:
 
     def autotitle(self, session_id: str) -> bool:
         return self._send(AUTOTITLE, session_id, MAINTENANCE_QUEUE, None)
+
+
+def broker_redis(settings: Settings, *, timeout: float | None = None) -> Any | None:
+    """A plain Redis client on the broker (the terminal's reply channel, the fleet's refusal
+    gate), or None when the broker is not Redis. Workers have their own (workers/runtime.py)."""
+    import redis
+
+    url = settings.resolved_broker_url
+    if url.startswith("redis+socket://"):
+        path = url.removeprefix("redis+socket://")
+        return redis.Redis(unix_socket_path=path, socket_timeout=timeout)
+    if url.startswith(("redis://", "rediss://")):
+        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    return None

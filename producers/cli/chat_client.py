@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from producers.broker import broker_redis
 from producers.intake import accept, key_for
 from shared.ids import new_session_id
 from shared.model import MessageRecord, SessionRecord
@@ -82,15 +83,9 @@ class Subscription:
 
 def subscriber(settings: Settings, chat_id: str) -> Subscription | None:
     """A Redis pub/sub on the terminal's channel, or None (the terminal then only polls)."""
-    url = settings.resolved_broker_url
     try:
-        import redis
-
-        if url.startswith("redis+socket://"):
-            client = redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
-        elif url.startswith(("redis://", "rediss://")):
-            client = redis.Redis.from_url(url)
-        else:
+        client = broker_redis(settings)
+        if client is None:
             return None
         subscription = Subscription(client, client.pubsub(ignore_subscribe_messages=True))
         try:

@@ -5,9 +5,9 @@ turns that arrive meanwhile, written in a worker thread, since SQLite must never
 event loop) and returns once the turn is committed: only then does a receiver ack.
 
 Access: a platform with `allowed_users` set answers anyone else with one short refusal and
-stores nothing. Refusals are rate-limited per (platform, user) by an in-process TTL cache
-(one per hour per receiver process): a receiver is one process per platform, and a second
-refusal from a second replica is harmless, so this needs no shared state.
+stores nothing. Refusals are rate-limited per (platform, user), once an hour for the whole
+fleet, in the broker's Redis (SharedRefusalGate): receivers share a port and fleets run
+many, and each used to refuse on its own. Without Redis, an in-process gate decides.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from producers.gateway.metrics import GatewayMetrics
 from producers.gateway.recorder import Recorder
@@ -56,6 +57,26 @@ class RefusalGate:
             return True
 
 
+class SharedRefusalGate:
+    """The fleet's RefusalGate: one refusal per key and period across every receiver process
+    (they share a port, and a fleet runs many), kept in the broker's Redis. If Redis cannot
+    be asked, this process's own gate decides (a second refusal beats a crash or silence)."""
+
+    def __init__(self, client: Any, every: float = REFUSAL_EVERY_SECONDS) -> None:
+        self._client = client
+        self._every = every
+        self._local = RefusalGate(every)
+
+    def should_refuse(self, key: str) -> bool:
+        try:
+            return bool(
+                self._client.set(f"hermes:refused:{key}", 1, nx=True, ex=max(1, int(self._every)))
+            )
+        except Exception as exc:  # the broker is down: the platform still gets its answer
+            log.debug("refusal gate falls back to this process: %s", exc)
+            return self._local.should_refuse(key)
+
+
 def platform_settings(settings: Settings, platform: str) -> PlatformSettings:
     return settings.platforms.of(platform)
 
@@ -73,7 +94,7 @@ class Gateway:
     store: Store
     waker: Waker
     clock: Clock = time.time
-    refusals: RefusalGate = field(default_factory=RefusalGate)
+    refusals: RefusalGate | SharedRefusalGate = field(default_factory=RefusalGate)
     _recorder: Recorder | None = field(default=None, repr=False)
     metrics: GatewayMetrics | None = None
 

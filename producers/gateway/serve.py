@@ -21,9 +21,9 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from producers.broker import BrokerWaker, broker_client
+from producers.broker import BrokerWaker, broker_client, broker_redis
 from producers.gateway.app import create_app
-from producers.gateway.deps import Gateway
+from producers.gateway.deps import Gateway, SharedRefusalGate
 from producers.gateway.metrics import GatewayMetrics
 from producers.gateway.pausing_waker import PausingWaker
 from producers.gateway.plugin import GatewayError, conf_of, receiver_plugin
@@ -38,6 +38,7 @@ from shared.store import open_store
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+REFUSAL_REDIS_TIMEOUT = 0.5  # seconds: a refusal is never worth blocking the event loop longer
 
 __all__ = ["GatewayError", "Mode", "check", "default_mode", "run", "serve"]
 
@@ -190,6 +191,9 @@ def run(settings: Settings, mode: Mode) -> None:
         # `hermes up` sets the variable for receivers that share a port (metrics.py).
         metrics = GatewayMetrics(multiprocess="PROMETHEUS_MULTIPROC_DIR" in os.environ)
         gateway = Gateway(settings, store, waker, time.time, metrics=metrics)
+        shared = broker_redis(settings, timeout=REFUSAL_REDIS_TIMEOUT)
+        if shared is not None:
+            gateway.refusals = SharedRefusalGate(shared)
         log.warning("hermes gateway %s on http://%s:%d", mode.platform, *sock.getsockname()[:2])
         run_loop(serve(gateway, mode, sock))
     finally:

@@ -202,3 +202,48 @@ def test_a_rejected_discord_token_stops_the_receiver_with_one_line(
         "Error: the discord connection stopped: LoginFailure: Improper token has been passed."
     )
     assert "a-wrong-token-value" not in result.stderr + result.stdout
+
+
+def test_a_stranger_is_refused_once_by_the_whole_fleet(
+    hermes_env: dict[str, str], hermes_home: Path, redis_url: str
+) -> None:
+    """Two receivers on one port: the kernel spreads the stranger's requests over both, and
+    the once-an-hour refusal is one for the fleet (the broker's Redis), not one per process."""
+    port = free_port()
+    env = {
+        **hermes_env,
+        "HERMES_BROKER_URL": redis_db_url(redis_url),
+        "HERMES_GATEWAY__PORT": str(port),
+        "HERMES_PLATFORMS__TELEGRAM__TOKEN": TG_TOKEN,
+        "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": TG_SECRET,
+        "HERMES_PLATFORMS__TELEGRAM__API_BASE": "http://127.0.0.1:9/bot",  # never called
+        "HERMES_PLATFORMS__TELEGRAM__ALLOWED_USERS": "424242",
+        "HERMES_PLATFORMS__SLACK__TOKEN": "xoxb-cli",
+        "HERMES_PLATFORMS__SLACK__SIGNING_SECRET": SLACK_SECRET,
+    }
+    procs = [
+        start_gateway(env, hermes_home, "telegram", port),
+        start_gateway(env, hermes_home, "slack", port),
+    ]
+    refusals = 0
+    try:
+        for proc in procs:  # both listening before the first request
+            wait_for(lambda p=proc: "hermes gateway" in p.output(), timeout=30)  # type: ignore[misc]
+        payload, _ = load("telegram", "private")  # from user 111111111, not allowed
+        for n in range(30):  # fresh connections: both processes answer some
+            update = json.loads(json.dumps(payload))
+            update["update_id"] = 950 + n
+            response = httpx.post(
+                f"http://127.0.0.1:{port}/telegram/webhook",
+                json=update,
+                headers={"X-Telegram-Bot-Api-Secret-Token": TG_SECRET},
+                timeout=10,
+            )
+            assert response.status_code == 200
+            refusals += response.content.count(b"this assistant is private")
+    finally:
+        codes = [proc.stop() for proc in procs]
+    outputs = [p.output() for p in procs]
+    assert codes == [0, 0], outputs
+    assert all("refused telegram user 111111111" in out for out in outputs)  # both were asked
+    assert refusals == 1
