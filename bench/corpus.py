@@ -391,9 +391,9 @@ def build_store(
     (0: generate in-process). `progress(done_messages, total_messages)` is called per chunk.
     With `ledger_until`, the usage ledger is written too (`ledger_calls`).
     """
+    from shared.db.engine import open_store  # the store is only needed to build one
     from shared.pricing import Pricing
     from shared.store import usage
-    from shared.store.engine import open_store  # the store is only needed to build one
 
     for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         if leftover.exists():

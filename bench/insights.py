@@ -36,7 +36,8 @@ from bench.corpus import build_store
 from producers.cli.insights import report_document
 from producers.cli.insights_html import render
 from producers.cli.insights_view import show
-from shared.store import insights, open_store
+from shared.db import open_store
+from shared.store import insights
 from shared.usage import day_of
 
 FULL = {"sessions": 21_000, "messages": 1_500_000}

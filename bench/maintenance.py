@@ -46,12 +46,12 @@ if __package__ in (None, ""):
 from bench.maintenance_writers import stall_by_phase, summarise, writers
 from bench.store import build, progress, say, workspace
 from bench.store import checkpoint as store_checkpoint
+from shared.db import sqlite as store_sqlite
+from shared.db.engine import open_store
 from shared.ports import RecordingWaker
 from shared.search.tool import run
 from shared.settings import load_settings
 from shared.store import reclaim as reclaim_store
-from shared.store import sqlite as store_sqlite
-from shared.store.engine import open_store
 
 TARGETS = {"ours_max_stall_ms": 250.0, "ours_failed_writes": 0, "ours_returned_share": 0.9}
 FULL = (20_000, 1_000_000)

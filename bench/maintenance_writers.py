@@ -14,7 +14,7 @@ from typing import Any
 from bench import corpus
 from bench.common import ms
 from bench.common import quantile as pct
-from shared.store.engine import open_store
+from shared.db.engine import open_store
 from shared.store.messages import append_message
 
 

@@ -18,8 +18,8 @@ from bench.common import Children, percentiles
 from bench.pipeline_turns import in_threads, make_turn, max_turn_id, wait_for
 from producers.broker import PUBLISH_RETRY, BrokerWaker, broker_client
 from producers.intake import accept
+from shared.db import Store, open_store
 from shared.settings import Settings, load_settings
-from shared.store import Store, open_store
 from shared.tasknames import PROBE, TURNS_QUEUE
 
 

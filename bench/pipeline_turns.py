@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from bench.common import log, percentiles
 from producers.intake import accept
-from shared.store import Store
+from shared.db import Store
 from shared.turns import InboundTurn
 
 if TYPE_CHECKING:

@@ -37,8 +37,8 @@ if __package__ in (None, ""):
 
 from bench.common import quantile
 from bench.corpus import build_store, vocabulary
+from shared.db import Store, open_store
 from shared.search.tool import run
-from shared.store import Store, open_store
 from shared.unsegmented import char_class
 
 FULL = {"sessions": 21_000, "messages": 1_500_000}

@@ -49,10 +49,10 @@ from bench import corpus
 from bench.common import ms
 from bench.common import quantile as pct
 from bench.store_appends import measure_appends, measure_fleet_appends
-from shared.store import migrate, schema
-from shared.store import sqlite as store_sqlite
-from shared.store.engine import Store, connect, open_store
-from shared.store.schema import metadata
+from shared.db import migrate, schema
+from shared.db import sqlite as store_sqlite
+from shared.db.engine import Store, connect, open_store
+from shared.db.schema import metadata
 from shared.store.sessions import list_sessions, stats
 
 TARGETS = {

@@ -15,8 +15,8 @@ from typing import Any
 from bench import corpus
 from bench.common import ms
 from bench.common import quantile as pct
-from shared.store import sqlite as store_sqlite
-from shared.store.engine import Store
+from shared.db import sqlite as store_sqlite
+from shared.db.engine import Store
 from shared.store.messages import append_message
 
 

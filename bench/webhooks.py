@@ -87,8 +87,8 @@ def serve(kind: str, port: int) -> None:
     from producers.broker import BrokerWaker, broker_client
     from producers.gateway.deps import Gateway
     from producers.gateway.pausing_waker import PausingWaker
+    from shared.db import open_store
     from shared.settings import load_settings
-    from shared.store import open_store
 
     settings = load_settings()
     store = open_store(settings.resolved_database_url)

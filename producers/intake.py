@@ -17,10 +17,11 @@ from typing import Protocol, runtime_checkable
 from sqlalchemy import Connection
 
 from shared.commands import Command, parse_command
+from shared.db import Store
 from shared.ports import Clock, Waker
 from shared.session_key import SessionKey, derive_session_key
 from shared.settings import Settings
-from shared.store import Store, inbox
+from shared.store import inbox
 from shared.turns import InboundTurn, validate_turn
 
 

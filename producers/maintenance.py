@@ -18,9 +18,9 @@ from collections.abc import Callable
 from celery import Celery
 
 from producers.broker import PUBLISH_RETRY
+from shared.db import Store, meta
 from shared.maintenance import PRUNE_LAST_RUN, prune_due
 from shared.settings import Settings
-from shared.store import Store, meta
 from shared.tasknames import MAINTENANCE_QUEUE, PRUNE
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import tzinfo
 from pathlib import Path
 
+from shared.db.engine import Store
 from shared.legacy import LegacyTranscript, read_transcript, session_id_of, transcript_files
-from shared.store.engine import Store
 from shared.store.portability import import_documents, stored_message_counts
 
 IMPORTED = "imported"

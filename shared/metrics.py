@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from shared.db import Store
 from shared.ports import Clock
-from shared.store import Store, inbox, outbox
+from shared.store import inbox, outbox
 
 
 class StoreCollector:

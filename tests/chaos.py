@@ -16,9 +16,9 @@ from pathlib import Path
 import redis
 from sqlalchemy import select, text
 
+from shared.db import Store, open_store
+from shared.db.schema import inbox, messages, routes
 from shared.settings import Settings, load_settings
-from shared.store import Store, open_store
-from shared.store.schema import inbox, messages, routes
 
 ROOT = Path(__file__).resolve().parents[1]
 

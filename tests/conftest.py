@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as hypothesis_settings
 
+from shared.db import Store, open_store
 from shared.settings import Settings, load_settings
-from shared.store import Store, open_store
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
+from shared.db import Store
+from shared.db.schema import routes
 from shared.ports import RecordingWaker
 from shared.settings import Settings
-from shared.store import Store, messages
-from shared.store.schema import routes
+from shared.store import messages
 from shared.turns import InboundTurn
 from workers.agent.base import AgentReply, AgentRequest, NewMessage
 from workers.agent.offline import OfflineAgent

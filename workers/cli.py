@@ -14,9 +14,9 @@ from typing import IO, Any
 import click
 
 import beat_schedule
+from shared.db import open_store
 from shared.sdks import SENDER, configured_platforms, sdk_problems
 from shared.settings import Settings, load_settings
-from shared.store import open_store
 from shared.tasknames import ALL_QUEUES
 from workers.app import create_app
 from workers.metrics import WorkerMetrics, multiprocess_dir, process_exited, serve

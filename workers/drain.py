@@ -23,17 +23,17 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select, update
 
 from shared.commands import parse_command
+from shared.db.errors import TitleInUse
+from shared.db.prepared import Prepared
+from shared.db.schema import routes, sessions
 from shared.ids import CLI_HEX, looks_like_session_id
 from shared.model import MessageRecord, SessionRecord
 from shared.platforms import CLI, CRON, gateway_platforms
 from shared.store import chats, cron, inbox, leases, messages, outbox, usage
 from shared.store import memory as memory_rows
 from shared.store import sessions as session_rows
-from shared.store.errors import TitleInUse
 from shared.store.housekeeping import MEMORY_FLUSH
-from shared.store.prepared import Prepared
 from shared.store.resume import runs_in_left_session
-from shared.store.schema import routes, sessions
 from shared.titles import TitleError
 from workers import flush
 from workers.agent import compression, metering, titles

@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from shared.db import Store
 from shared.ports import Clock
-from shared.store import Store
 from shared.usage import ModelCall
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+from shared.db.meta import get_meta, set_meta
 from shared.store import inbox, leases, outbox
-from shared.store.meta import get_meta, set_meta
 from workers.flush import lane_lease_name
 from workers.runtime import Runtime
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from shared.db import Store
 from shared.ports import Clock
-from shared.store import Store
 from shared.store import leases as lease_rows
 
 log = logging.getLogger(__name__)

@@ -12,10 +12,10 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
+from shared.db import Store, open_store
 from shared.ports import Clock, Waker
 from shared.pricing import Pricing
 from shared.settings import Settings
-from shared.store import Store, open_store
 from workers.agent.base import Agent
 from workers.agent.factory import build_agent
 from workers.delivery.registry import SenderRegistry, build_senders

@@ -10,15 +10,8 @@ from typing import Any, NoReturn
 
 import click
 
+from shared.db import AmbiguousSession, SessionNotFound, Store, StoreError, TitleInUse, open_store
 from shared.settings import Settings, SettingsError, load_settings
-from shared.store import (
-    AmbiguousSession,
-    SessionNotFound,
-    Store,
-    StoreError,
-    TitleInUse,
-    open_store,
-)
 from shared.titles import TitleError
 
 

@@ -11,8 +11,8 @@ from rich.cells import cell_len
 
 from producers.cli.app import App, fail, is_terminal, pass_app
 from producers.cli.render import NO_VALUE, crop, relative_time
+from shared.db.engine import guarded
 from shared.store import sessions as session_rows
-from shared.store.engine import guarded
 
 BROWSE_LIMIT = 2_000
 WHEN_CELLS = 10

@@ -25,12 +25,13 @@ from typing import Any
 
 from producers.broker import broker_redis
 from producers.intake import accept, key_for
+from shared.db import Store
 from shared.ids import new_session_id
 from shared.model import MessageRecord, SessionRecord
 from shared.platforms import CLI, DM
 from shared.ports import Waker
 from shared.settings import Settings
-from shared.store import Store, inbox, lineage, messages, outbox
+from shared.store import inbox, lineage, messages, outbox
 from shared.store import sessions as session_rows
 from shared.store.memory import LOCAL_USER
 from shared.store.resume import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from producers.cli.app import App, pass_app
-from shared.store.engine import connect, guarded
-from shared.store.migrate import HEAD, schema_status, upgrade_to_head
+from shared.db.engine import connect, guarded
+from shared.db.migrate import HEAD, schema_status, upgrade_to_head
 
 
 @click.group()

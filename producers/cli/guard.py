@@ -9,7 +9,7 @@ from typing import ParamSpec, TypeVar
 import click
 
 from producers.cli.app import App
-from shared.store.engine import guarded
+from shared.db.engine import guarded
 
 P = ParamSpec("P")
 T = TypeVar("T")

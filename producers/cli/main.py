@@ -12,7 +12,7 @@ from producers.cli.plugins import PluginGroup
 from producers.cli.search import search
 from producers.cli.sessions import sessions
 from shared import __version__
-from shared.store.errors import plainly
+from shared.db.errors import plainly
 
 # Loaded when named: the chat alone costs a third of start-up (stack, Celery client, Rich live).
 LAZY_COMMANDS = {

@@ -12,7 +12,7 @@ from producers.cli.app import App, pass_app
 from producers.cli.guard import store_command
 from producers.cli.render import confirm, human_bytes, local_date, progress_bar
 from producers.cli.space import ReclaimError, reclaim
-from shared.store import Store
+from shared.db import Store
 from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
 from shared.wording import plural

@@ -11,7 +11,8 @@ from producers.cli.prune import prune_cmd
 from producers.cli.render import confirm, human_bytes, listing_table, print_table
 from producers.cli.sessions_io import export_cmd, import_cmd
 from producers.cli.space import file_sizes
-from shared.store import SessionNotFound, lineage
+from shared.db import SessionNotFound
+from shared.store import lineage
 from shared.store import sessions as session_rows
 from shared.titles import TitleSource
 from shared.wording import plural

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import exc
 
-from shared.store import Store, sqlite
+from shared.db import Store, sqlite
 from shared.store import reclaim as reclaim_store
 
 FULL_VACUUM_WARNING = (
@@ -62,19 +62,7 @@ def reclaim(
 
 
 def _vacuum(store: Store) -> None:
-    """Checkpoint the WAL into state.db, VACUUM, truncate the WAL. VACUUM cannot run inside a
-    transaction, so it goes through a driver connection in autocommit mode; its errors are
-    the driver's own, raised here as ReclaimError."""
-    raw = store.engine.raw_connection()
     try:
-        cursor = raw.cursor()
-        try:
-            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            cursor.execute("VACUUM")
-            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        except sqlite3.Error as error:
-            raise ReclaimError(str(error)) from None
-        finally:
-            cursor.close()
-    finally:
-        raw.close()
+        sqlite.full_vacuum(store.engine)
+    except sqlite3.Error as error:
+        raise ReclaimError(str(error)) from None

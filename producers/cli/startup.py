@@ -11,11 +11,11 @@ from collections.abc import Callable
 from celery import Celery
 
 from producers.maintenance import request_prune_in_background
+from shared.db import Store, meta
 from shared.legacy import FOLDER
 from shared.legacy_import import NOTICE_KEY, pending_transcripts
 from shared.sdks import SENDER, configured_platforms, sdk_problems
 from shared.settings import Settings
-from shared.store import Store, meta
 from shared.wording import plural
 
 Say = Callable[[str], None]

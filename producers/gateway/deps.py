@@ -23,9 +23,9 @@ from typing import Any
 from producers.gateway.metrics import GatewayMetrics
 from producers.gateway.recorder import Recorder
 from producers.intake import Accepted, accept
+from shared.db import Store
 from shared.ports import Clock, Waker
 from shared.settings import PlatformSettings, Settings
-from shared.store import Store
 from shared.turns import InboundTurn
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,9 @@ from anyio import to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from shared.db import Store
 from shared.metrics import exposition, registry
 from shared.ports import Clock
-from shared.store import Store
 
 
 class GatewayMetrics:

@@ -29,11 +29,11 @@ from producers.gateway.pausing_waker import PausingWaker
 from producers.gateway.plugin import GatewayError, conf_of, receiver_plugin
 from producers.gateway.port import PortInUse, claim
 from producers.maintenance import request_prune_in_background
+from shared.db import open_store
 from shared.platforms import registry
 from shared.redact import install_redaction, secrets_of
 from shared.sdks import RECEIVER, missing_sdk
 from shared.settings import Settings
-from shared.store import open_store
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,9 @@ from producers.telegram.translate import (
     migration,
     translate,
 )
+from shared.db.errors import is_transient
 from shared.platforms import TELEGRAM
 from shared.store import chats
-from shared.store.errors import is_transient
 from shared.surrogates import scrub
 from shared.turns import InboundTurn, TurnRejected
 

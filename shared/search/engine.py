@@ -36,14 +36,14 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from shared.db.engine import Store
+from shared.db.errors import AmbiguousSession, SessionNotFound
 from shared.mentions import without_mentions
 from shared.model import MessageRecord, SessionRecord
 from shared.search import views
 from shared.search.backend import Filters, Hit, SearchBackend
 from shared.search.query import Query, QueryError, parse
 from shared.search.request import RequestError, SearchRequest
-from shared.store.engine import Store
-from shared.store.errors import AmbiguousSession, SessionNotFound
 from shared.wording import plural
 
 CONVERSATION_ROLES = ("user", "assistant")

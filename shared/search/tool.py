@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from shared.db.engine import Store
 from shared.search.engine import error, search
 from shared.search.request import DEFAULT_WINDOW, MAX_LIMIT, MAX_WINDOW, RequestError, SearchRequest
-from shared.store.engine import Store
 from shared.store.visibility import Viewer
 
 TOOL_NAME = "session_search"

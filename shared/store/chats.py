@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, insert, select, update
 
-from shared.store.meta import get_meta, set_meta
+from shared.db.meta import get_meta, set_meta
+from shared.db.schema import inbox, outbox, routes, sessions
 from shared.store.outbox import PENDING, lane_for
-from shared.store.schema import inbox, outbox, routes, sessions
 
 HOME_PREFIX = "home_channel."
 OPEN = ("waiting", "running")

@@ -9,11 +9,11 @@ from typing import Any
 from sqlalchemy import Connection, Row, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from shared.db.schema import cron_jobs, cron_runs
 from shared.maintenance import due_cron_slot, next_slot, validate_cron
 from shared.platforms import CRON, DM
 from shared.session_key import derive_session_key
 from shared.store import inbox
-from shared.store.schema import cron_jobs, cron_runs
 from shared.turns import InboundTurn
 
 

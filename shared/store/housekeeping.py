@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, select, update
 
+from shared.db.schema import inbox as inbox_table
+from shared.db.schema import routes, sessions
 from shared.platforms import GATEWAY_PLATFORMS
 from shared.session_key import SessionKey
 from shared.store import inbox, outbox
 from shared.store import sessions as session_rows
-from shared.store.schema import inbox as inbox_table
-from shared.store.schema import routes, sessions
 from shared.turns import InboundTurn
 
 MEMORY_FLUSH = "memory_flush"

@@ -20,10 +20,10 @@ from sqlalchemy import (
     update,
 )
 
+from shared.db.prepared import Prepared
+from shared.db.schema import inbox, routes
 from shared.session_key import SessionKey
 from shared.store.leases import ROUTE_FREE
-from shared.store.prepared import Prepared
-from shared.store.schema import inbox, routes
 from shared.turns import InboundTurn
 
 WAITING = "waiting"

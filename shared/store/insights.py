@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, func, select
 
-from shared.store.schema import (
+from shared.db.schema import (
     HOUR_COLUMNS,
     LATENCY_COLUMNS,
     cron_jobs,

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, bindparam, case, insert, or_, select, update
 
-from shared.store.prepared import Prepared
-from shared.store.schema import leases, routes
+from shared.db.prepared import Prepared
+from shared.db.schema import leases, routes
 
 
 class LeaseLost(RuntimeError):

@@ -20,9 +20,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, func, select
 
+from shared.db.errors import AmbiguousSession, SessionNotFound
+from shared.db.schema import sessions
 from shared.model import SessionRecord
-from shared.store.errors import AmbiguousSession, SessionNotFound
-from shared.store.schema import sessions
 from shared.store.visibility import Viewer, within
 from shared.titles import (
     TitleError,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, delete, func, insert, select
 
-from shared.store.schema import memories
+from shared.db.schema import memories
 
 MAX_NOTE_CHARS = 2_000
 LOCAL_USER = "local"

@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, case, insert, select, update
 
+from shared.db.errors import SessionNotFound
+from shared.db.prepared import Prepared
+from shared.db.schema import messages, sessions
 from shared.model import MessageRecord
-from shared.store.errors import SessionNotFound
-from shared.store.prepared import Prepared
-from shared.store.schema import messages, sessions
 
 
 def encode_tool_calls(tool_calls: Sequence[dict[str, Any]] | str | None) -> str | None:

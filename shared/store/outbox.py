@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, func, insert, or_, select, update
 
-from shared.store.prepared import Prepared
-from shared.store.schema import outbox
+from shared.db.prepared import Prepared
+from shared.db.schema import outbox
 
 PENDING = "pending"
 SENT = "sent"

@@ -18,10 +18,10 @@ from typing import Any
 
 from sqlalchemy import Column, Connection, Float, Integer, Row, exc, func, insert, select, update
 
+from shared.db.engine import Store
+from shared.db.errors import TitleInUse
+from shared.db.schema import messages, sessions
 from shared.ids import is_safe_session_id
-from shared.store.engine import Store
-from shared.store.errors import TitleInUse
-from shared.store.schema import messages, sessions
 from shared.store.sessions import title_holder
 from shared.titles import TitleError, TitleSource, validate_title
 

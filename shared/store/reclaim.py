@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
+from shared.db import sqlite
+from shared.db.engine import Store
 from shared.settings import MaintenanceSettings
-from shared.store import sqlite
-from shared.store.engine import Store
 from shared.store.sessions import prune_batch
 
 # Runs first inside every write transaction (the sweep checks its lease there); raises to stop.

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, delete, insert, or_, select, update
 
+from shared.db.schema import routes, sessions
 from shared.model import SessionRecord
 from shared.platforms import CLI
 from shared.store.inbox import has_open_turns
-from shared.store.schema import routes, sessions
 from shared.store.sessions import end_session, get_session
 
 COMPRESSION = "compression"

@@ -9,11 +9,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Text, and_, bindparam, delete, func, insert, select, update
 
+from shared.db.errors import SessionNotFound, TitleInUse
+from shared.db.prepared import Prepared
+from shared.db.schema import messages, sessions, source_stats
 from shared.mentions import without_mentions
 from shared.model import SessionRecord
-from shared.store.errors import SessionNotFound, TitleInUse
-from shared.store.prepared import Prepared
-from shared.store.schema import messages, sessions, source_stats
 from shared.titles import TitleSource, validate_title
 
 PREVIEW_CHARS = 60

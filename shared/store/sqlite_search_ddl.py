@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from shared.store.sqlite import FTS_TOOL_OUTPUT_CAP
+from shared.db.sqlite import FTS_TOOL_OUTPUT_CAP
 
 # Appended to the indexed text so that every 1-2 character substring starts a trigram.
 PAD = "  "

@@ -16,8 +16,8 @@ from typing import cast
 from sqlalchemy import Connection
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
+from shared.db import schema
 from shared.model import MessageRecord, SessionRecord
-from shared.store import schema
 from shared.store.lineage import resolve_session
 from shared.store.visibility import Viewer, reach
 

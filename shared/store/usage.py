@@ -21,10 +21,9 @@ from typing import Any
 from sqlalchemy import Connection, Table, bindparam, insert
 from sqlalchemy.dialects import postgresql, sqlite
 
-from shared.pricing import Pricing
-from shared.store.errors import StoreError
-from shared.store.prepared import Prepared
-from shared.store.schema import (
+from shared.db.errors import StoreError
+from shared.db.prepared import Prepared
+from shared.db.schema import (
     HOUR_COLUMNS,
     LATENCY_COLUMNS,
     usage_daily,
@@ -32,6 +31,7 @@ from shared.store.schema import (
     usage_sessions,
     usage_tools,
 )
+from shared.pricing import Pricing
 from shared.usage import ModelCall, day_of, hour_of_day, latency_bucket
 
 SUM_COLUMNS = (

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, FromClause, and_, false
 
+from shared.db.schema import sessions
 from shared.platforms import CLI
-from shared.store.schema import sessions
 
 
 @dataclass(frozen=True, slots=True)

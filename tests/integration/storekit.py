@@ -10,11 +10,11 @@ from pathlib import Path
 from alembic import command
 from sqlalchemy import Connection, text
 
-from shared.store import Store
-from shared.store import sqlite as store_sqlite
-from shared.store.engine import connect
+from shared.db import Store
+from shared.db import sqlite as store_sqlite
+from shared.db.engine import connect
+from shared.db.migrate import alembic_config
 from shared.store.messages import append_message
-from shared.store.migrate import alembic_config
 from shared.store.sessions import create_session, end_session
 
 

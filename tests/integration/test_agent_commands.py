@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 
 from producers.intake import accept
+from shared.db import Store
 from shared.search import SearchRequest, search
 from shared.settings import Settings
-from shared.store import Store, outbox
+from shared.store import outbox
 from shared.store import sessions as session_rows
 from shared.store.messages import append_message
 from shared.store.resume import leave_terminal, route_session_id

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from producers.intake import accept
+from shared.db import Store
 from shared.settings import load_settings
-from shared.store import Store, messages, outbox
+from shared.store import messages, outbox
 from shared.store import sessions as session_rows
 from shared.store.resume import route_session_id
 from tests.fakes.openai_server import FakeOpenAI, reply, running

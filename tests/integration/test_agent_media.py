@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from producers.intake import accept
+from shared.db import Store
 from shared.settings import Settings
-from shared.store import Store, inbox, messages
+from shared.store import inbox, messages
 from shared.turns import Attachment
 from tests.fakes.openai_server import FakeOpenAI, reply, running
 from tests.integration.test_agent import AUX, MAIN, model_settings

@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from producers.intake import accept
+from shared.db import open_store
 from shared.ports import RecordingWaker
-from shared.store import cron, open_store
+from shared.store import cron
 from tests.chaos import ROOT, Fleet, env_for, free_port, open_turns, worker_command
 from tests.pipeline_helpers import turn
 

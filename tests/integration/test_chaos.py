@@ -20,8 +20,8 @@ import pytest
 
 from producers.broker import BrokerWaker, broker_client
 from producers.intake import accept
+from shared.db import Store
 from shared.settings import Settings
-from shared.store import Store
 from tests.chaos import (
     Fleet,
     env_for,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from shared.db import Store, open_store
 from shared.settings import load_settings
-from shared.store import Store, open_store
 from shared.store.messages import transcript
 from shared.store.sessions import get_session
 from tests.integration.test_cli_sessions_support import hermes

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from shared.db import SessionNotFound, Store, TitleInUse
 from shared.settings import Settings
-from shared.store import SessionNotFound, Store, TitleInUse
 from shared.store.sessions import get_session
 from shared.titles import TitleError, TitleSource
 from tests.integration.test_cli_sessions_support import (

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from producers.cli.browse import Selection, entries, matching
+from shared.db import Store
 from shared.settings import Settings
-from shared.store import Store
 from shared.store.sessions import list_sessions
 from tests.integration.test_cli_sessions_support import (
     HERMES,

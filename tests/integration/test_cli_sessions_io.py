@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from shared.db import SessionNotFound, Store, open_store
+from shared.db.schema import sessions
 from shared.settings import Settings, load_settings
-from shared.store import SessionNotFound, Store, open_store
 from shared.store.messages import transcript
-from shared.store.schema import sessions
 from shared.store.sessions import get_session, stats
 from shared.titles import TitleSource
 from tests.integration.test_cli_sessions_support import (

@@ -18,8 +18,8 @@ from sqlalchemy.pool import Pool
 from producers.cli import prune
 from producers.cli.prune import PRUNE_BATCH, PRUNE_BATCH_MESSAGES
 from producers.cli.space import FULL_VACUUM_WARNING
+from shared.db import Store, open_store
 from shared.settings import Settings
-from shared.store import Store, open_store
 from shared.store.messages import append_message
 from shared.store.sessions import create_session, end_session, get_session, prune_batch, stats
 from tests.integration.storekit import fill_in_segments, fts_integrity_check, fts_segment_counts

@@ -18,10 +18,10 @@ from sqlalchemy import func, select
 
 from producers.cli.app import App
 from producers.cli.main import cli
+from shared.db import Store
+from shared.db.schema import messages, sessions
 from shared.settings import Settings
-from shared.store import Store
 from shared.store.messages import append_message
-from shared.store.schema import messages, sessions
 from shared.store.sessions import create_session, end_session
 from shared.titles import TitleSource
 

@@ -14,12 +14,13 @@ from click.testing import CliRunner
 from producers.cli.app import App
 from producers.cli.main import cli
 from shared import __version__
+from shared.db import StoreError, open_store
+from shared.db.engine import connect
+from shared.db.migrate import HEAD
 from shared.settings import Settings
-from shared.store import StoreError, lineage, open_store
+from shared.store import lineage
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
-from shared.store.engine import connect
-from shared.store.migrate import HEAD
 from tests.integration.storekit import make_db_at, raw, sqlite_url
 
 ROOT = Path(__file__).resolve().parents[2]

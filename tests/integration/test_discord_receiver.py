@@ -12,9 +12,9 @@ from sqlalchemy import text
 
 from producers.discord.receiver import DiscordReceiver
 from producers.gateway.deps import Gateway
+from shared.db import Store
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings
-from shared.store import Store
 from tests.fakes.background import Background
 from tests.fakes.discord_api import FakeDiscord, text_channel, thread_channel
 from tests.fakes.golden import load

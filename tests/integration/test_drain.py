@@ -9,10 +9,11 @@ import pytest
 from sqlalchemy import select, text
 
 from producers.intake import accept
+from shared.db import Store
+from shared.db.schema import inbox as inbox_table
+from shared.db.schema import routes
 from shared.settings import Settings, load_settings
-from shared.store import Store, inbox, leases, outbox
-from shared.store.schema import inbox as inbox_table
-from shared.store.schema import routes
+from shared.store import inbox, leases, outbox
 from shared.turns import TurnRejected
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
 from workers.agent.offline import OfflineAgent
@@ -260,7 +261,7 @@ def test_broker_down_the_turn_is_kept_and_redrive_finds_it(hermes_env: dict[str,
 
 
 def open_store_for(settings: Settings) -> Store:
-    from shared.store import open_store
+    from shared.db import open_store
 
     return open_store(settings.resolved_database_url)
 

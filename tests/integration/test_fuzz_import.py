@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from shared.db import Store
+from shared.db.schema import sessions
 from shared.ids import is_safe_session_id
-from shared.store import Store
 from shared.store.portability import import_lines
-from shared.store.schema import sessions
 from tests.fuzzing import examples, mutated
 
 NOW = 1_750_000_000.0

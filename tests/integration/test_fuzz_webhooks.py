@@ -23,9 +23,9 @@ from starlette.testclient import TestClient
 from producers.gateway.app import create_app
 from producers.gateway.deps import Gateway
 from producers.slack.signature import sign
+from shared.db import Store, open_store
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings
-from shared.store import Store, open_store
 from shared.surrogates import LONE_SURROGATE
 from tests.fakes.golden import FIXTURES
 from tests.fuzzing import examples, mutated

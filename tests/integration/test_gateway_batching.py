@@ -22,9 +22,9 @@ from producers.broker import BrokerWaker, broker_client
 from producers.gateway.app import create_app
 from producers.gateway.deps import Gateway
 from producers.gateway.pausing_waker import PausingWaker
+from shared.db import Store, open_store
+from shared.db.schema import routes
 from shared.settings import Settings, load_settings
-from shared.store import Store, open_store
-from shared.store.schema import routes
 from shared.tasknames import DRAIN, TURNS_QUEUE
 from tests.fakes.golden import load
 from tests.fakes.server import free_port

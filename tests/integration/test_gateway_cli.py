@@ -15,8 +15,8 @@ from sqlalchemy import text
 
 from producers.cli.up import receivers
 from producers.slack.signature import sign
+from shared.db import open_store
 from shared.settings import load_settings
-from shared.store import open_store
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.golden import load
 from tests.fakes.server import free_port

@@ -7,10 +7,11 @@ import time
 from sqlalchemy import select, text
 
 from producers.intake import accept, key_for
+from shared.db import Store
+from shared.db.schema import outbox as table
+from shared.db.schema import routes
 from shared.settings import Settings, load_settings
-from shared.store import Store, chats, outbox
-from shared.store.schema import outbox as table
-from shared.store.schema import routes
+from shared.store import chats, outbox
 from tests.pipeline_helpers import make_runtime, turn
 from workers.delivery.base import MemorySender
 from workers.drain import drain

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from shared.db import open_store
 from shared.settings import load_settings
-from shared.store import open_store
 from tests.fakes.golden import load
 from tests.fakes.server import free_port
 from tests.fakes.stack import Proc, redis_db_url, wait_for

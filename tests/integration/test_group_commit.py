@@ -25,11 +25,11 @@ from sqlalchemy import (
     update,
 )
 
-from shared.store import Store
+from shared.db import Store
+from shared.db.group_commit import GroupCommit, GroupFailed
+from shared.db.prepared import Prepared
+from shared.db.schema import sessions
 from shared.store import sessions as session_rows
-from shared.store.group_commit import GroupCommit, GroupFailed
-from shared.store.prepared import Prepared
-from shared.store.schema import sessions
 
 
 def _committed_ids(path: Path) -> set[str]:
@@ -271,7 +271,7 @@ def test_store_run_writes_records_each_unit_alone_in_one_transaction(store: Stor
 
 
 def test_store_run_writes_on_postgresql_records_each_unit_alone(postgres_url: str) -> None:
-    from shared.store import open_store
+    from shared.db import open_store
 
     store = open_store(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
     run = uuid.uuid4().hex

@@ -21,9 +21,9 @@ from producers.gateway.app import create_app
 from producers.gateway.deps import Gateway
 from producers.slack.signature import sign
 from producers.telegram.receiver import TelegramPoller, TelegramReceiver
+from shared.db import Store, open_store
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings
-from shared.store import Store, open_store
 from tests.fakes.background import Background
 from tests.fakes.golden import load
 from tests.fakes.stack import wait_for

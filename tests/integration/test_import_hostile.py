@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from shared.db import Store
 from shared.ids import is_safe_session_id
 from shared.settings import Settings
-from shared.store import Store
 from tests.integration.test_cli_sessions_support import good, invoke, message_total, session_ids
 
 

@@ -8,9 +8,10 @@ import time
 import pytest
 
 from producers.intake import accept
+from shared.db import Store
 from shared.search import SearchRequest, search
 from shared.settings import Settings
-from shared.store import Store, messages
+from shared.store import messages
 from shared.store import sessions as session_rows
 from shared.store.resume import route_session_id
 from tests.pipeline_helpers import make_runtime, turn

@@ -19,9 +19,10 @@ from sqlalchemy import select, text
 from producers.cli.app import App
 from producers.cli.main import cli
 from producers.intake import Accepted, accept
+from shared.db import Store, open_store
+from shared.db.schema import inbox as inbox_table
 from shared.settings import Settings, load_settings
-from shared.store import Store, inbox, leases, open_store
-from shared.store.schema import inbox as inbox_table
+from shared.store import inbox, leases
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
 from workers.agent.base import AgentRequest
 from workers.drain import drain

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from shared.db import Store, meta, open_store
 from shared.maintenance import PRUNE_LAST_RUN
 from shared.settings import load_settings
-from shared.store import Store, meta, open_store
 from shared.store import sessions as session_rows
 from shared.store.messages import append_message
 from shared.tasknames import MAINTENANCE_QUEUE, PRUNE

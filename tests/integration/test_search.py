@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from shared.db import Store
 from shared.search import SearchRequest, search
 from shared.search.request import ARGUMENTS
 from shared.search.tool import SYSTEM_PROMPT, TOOL_NAME, TOOL_SCHEMA, run
-from shared.store import Store
 from shared.store.messages import append_message
 from shared.store.sessions import create_session
 

@@ -11,13 +11,13 @@ from sqlalchemy import text
 
 from producers.cli.app import App
 from producers.cli.search import search
+from shared.db import open_store
+from shared.db.engine import connect
+from shared.db.migrate import HEAD, alembic_config
 from shared.search import SearchRequest
 from shared.search import search as run_search
 from shared.settings import Settings
-from shared.store import open_store
-from shared.store.engine import connect
 from shared.store.messages import append_message
-from shared.store.migrate import HEAD, alembic_config
 from shared.store.sessions import create_session
 
 

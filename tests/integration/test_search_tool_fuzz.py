@@ -9,9 +9,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shared.db import Store
 from shared.search.request import ARGUMENTS
 from shared.search.tool import run
-from shared.store import Store
 from shared.store.messages import append_message
 from shared.store.sessions import create_session
 from tests.fuzzing import EXTREMES, VALUES, examples

@@ -17,9 +17,9 @@ from producers.gateway.app import create_app
 from producers.gateway.body import MAX_BODY
 from producers.gateway.deps import Gateway
 from producers.slack.signature import BadSignature, sign, verify
+from shared.db import Store, open_store
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings
-from shared.store import Store, open_store
 from tests.fakes.golden import load
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.stack import wait_for

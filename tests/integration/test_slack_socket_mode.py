@@ -10,9 +10,9 @@ from sqlalchemy import text
 
 from producers.gateway.deps import Gateway
 from producers.slack.receiver import SlackReceiver, run_socket_mode
+from shared.db import Store
 from shared.ports import RecordingWaker
 from shared.settings import load_settings
-from shared.store import Store
 from tests.fakes.background import Background
 from tests.fakes.golden import load
 from tests.fakes.slack_socket import FakeSocketMode

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from shared.store import Store, open_store
+from shared.db import Store, open_store
+from shared.db.migrate import HEAD
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
-from shared.store.migrate import HEAD
 from tests.integration.storekit import counter_drift, fts_integrity_check, raw, sqlite_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,10 +108,10 @@ def test_threads_writing_at_once_never_see_locked(store: Store) -> None:
 
 WRITER = """
 import sys
-from shared.store import open_store
+from shared.db import open_store
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
-from shared.store.migrate import HEAD
+from shared.db.migrate import HEAD
 from sqlalchemy import text
 
 url, worker, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -248,10 +248,10 @@ def test_integrity_after_concurrent_writes(store: Store) -> None:
 
 OPENER = """
 import sys
-from shared.store import open_store
+from shared.db import open_store
 store = open_store(sys.argv[1])
 with store.read() as conn:
-    from shared.store.migrate import current_revision
+    from shared.db.migrate import current_revision
     print(current_revision(conn)[0])
 store.close()
 """

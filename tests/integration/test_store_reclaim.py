@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Connection, text
 
-from shared.store import Store
+from shared.db import Store
+from shared.db import sqlite as store_sqlite
 from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
-from shared.store import sqlite as store_sqlite
 from shared.store.messages import append_message
 from tests.integration.storekit import fill_in_segments, fts_integrity_check, fts_segment_counts
 

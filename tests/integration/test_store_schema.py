@@ -11,12 +11,13 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import exc, text
 
-from shared.store import Store, StoreError, lineage, open_store
+from shared.db import Store, StoreError, open_store
+from shared.db.engine import connect
+from shared.db.migrate import HEAD, alembic_config, current_revision
+from shared.db.sqlite import FTS_TOOL_OUTPUT_CAP
+from shared.store import lineage
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
-from shared.store.engine import connect
-from shared.store.migrate import HEAD, alembic_config, current_revision
-from shared.store.sqlite import FTS_TOOL_OUTPUT_CAP
 from tests.integration.storekit import (
     fill,
     fts_ids,

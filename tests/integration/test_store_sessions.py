@@ -12,10 +12,11 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from sqlalchemy import Connection, text, update
 
-from shared.store import AmbiguousSession, SessionNotFound, Store, TitleInUse, lineage, open_store
+from shared.db import AmbiguousSession, SessionNotFound, Store, TitleInUse, open_store
+from shared.db.schema import sessions
+from shared.store import lineage
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
-from shared.store.schema import sessions
 from shared.titles import MAX_TITLE_CHARS, TitleError, TitleSource
 from tests.integration.storekit import counter_drift, fts_ids, fts_integrity_check, sqlite_url
 

@@ -8,12 +8,13 @@ import pytest
 from sqlalchemy import select, text
 
 from producers.intake import accept
+from shared.db import Store
+from shared.db.schema import inbox as inbox_table
+from shared.db.schema import routes
 from shared.settings import Settings, load_settings
-from shared.store import Store, cron, leases, outbox
+from shared.store import cron, leases, outbox
 from shared.store import sessions as session_rows
 from shared.store.housekeeping import MEMORY_FLUSH
-from shared.store.schema import inbox as inbox_table
-from shared.store.schema import routes
 from tests.integration.storekit import fill_in_segments, fts_integrity_check, fts_segment_counts
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, turn
 from workers.drain import drain
@@ -262,7 +263,7 @@ def test_index_sweep_merges_what_traffic_piled_up_and_waits_for_a_running_prune(
 def test_index_sweep_lets_appends_merge_again_after_a_killed_maintenance_run(
     hermes_env: dict[str, str], store: Store
 ) -> None:
-    from shared.store import sqlite as store_sqlite
+    from shared.db import sqlite as store_sqlite
 
     with store.write() as conn:  # what a prune killed mid-merge leaves behind
         for table in store_sqlite.FTS_INDEXES:

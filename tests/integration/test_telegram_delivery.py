@@ -11,9 +11,10 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import text
 
+from shared.db import Store, open_store
 from shared.platforms.telegram import PLATFORM
 from shared.settings import Settings, load_settings
-from shared.store import Store, chats, open_store, outbox
+from shared.store import chats, outbox
 from tests.fakes.delivery import delivery_runtime, reply, row
 from tests.fakes.stack import redis_db_url
 from tests.fakes.telegram_api import FakeTelegram

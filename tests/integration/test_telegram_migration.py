@@ -12,8 +12,9 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from shared.db import Store, open_store
 from shared.settings import load_settings
-from shared.store import Store, chats, open_store
+from shared.store import chats
 from tests.fakes.golden import load
 from tests.fakes.server import free_port
 from tests.fakes.stack import Proc, redis_db_url, start_gateway

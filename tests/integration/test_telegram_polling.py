@@ -14,9 +14,9 @@ from sqlalchemy.exc import OperationalError
 
 from producers.gateway.deps import Gateway
 from producers.telegram.receiver import TelegramPoller, TelegramReceiver
+from shared.db import Store
 from shared.ports import RecordingWaker
 from shared.settings import load_settings
-from shared.store import Store
 from tests.fakes.background import Background
 from tests.fakes.golden import load
 from tests.fakes.stack import wait_for

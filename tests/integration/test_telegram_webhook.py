@@ -16,9 +16,10 @@ from producers.gateway.app import create_app
 from producers.gateway.body import MAX_BODY
 from producers.gateway.deps import Gateway
 from producers.gateway.port import stack_id
+from shared.db import Store, open_store
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings
-from shared.store import Store, chats, open_store
+from shared.store import chats
 from tests.fakes.golden import load
 
 TOKEN = "123456789:AAFakeTokenForTests"

@@ -15,11 +15,12 @@ import pexpect
 import pytest
 from sqlalchemy import select
 
+from shared.db import open_store
+from shared.db.schema import inbox as inbox_table
 from shared.model import SessionRecord
 from shared.settings import load_settings
-from shared.store import messages, open_store
+from shared.store import messages
 from shared.store import sessions as session_rows
-from shared.store.schema import inbox as inbox_table
 from tests.integration.terminal_kit import (
     PROMPT,
     SESSION_ID,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 
+from shared.db import open_store
 from shared.model import SessionRecord
 from shared.settings import load_settings
-from shared.store import messages, open_store
+from shared.store import messages
 from shared.store import sessions as session_rows
 from tests.integration.terminal_kit import Terminal, run, start, term_env, terminals
 

@@ -6,10 +6,11 @@ import pytest
 from sqlalchemy import select
 
 from producers.intake import Accepted, accept
+from shared.db import Store
+from shared.db.schema import routes
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings
-from shared.store import Store, inbox, leases
-from shared.store.schema import routes
+from shared.store import inbox, leases
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
 from workers.drain import drain
 

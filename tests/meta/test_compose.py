@@ -13,9 +13,9 @@ import yaml
 
 from producers.cli.main import cli
 from producers.gateway.metrics import GatewayMetrics
+from shared.db import Store
 from shared.metrics import StoreCollector
 from shared.platforms import registry
-from shared.store import Store
 from workers.metrics import WorkerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]

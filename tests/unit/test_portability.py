@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from shared.store import Store
+from shared.db import Store
+from shared.db.schema import messages, sessions
 from shared.store import portability as port
 from shared.store.messages import append_message
-from shared.store.schema import messages, sessions
 from shared.store.sessions import create_session, get_session, stats
 
 NOW = 1_750_000_000.0

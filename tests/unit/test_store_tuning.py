@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.store import Store, open_store
-from shared.store import sqlite as store_sqlite
+from shared.db import Store, open_store
+from shared.db import sqlite as store_sqlite
 from shared.store.messages import append_message
 from shared.store.sessions import create_session
 

@@ -15,13 +15,13 @@ from datetime import datetime
 
 from sqlalchemy import Connection, update
 
+from shared.db.schema import routes
 from shared.ids import new_session_id
 from shared.model import SessionRecord
 from shared.platforms import gateway_platforms
 from shared.store import lineage, messages, usage
 from shared.store import sessions as session_rows
 from shared.store.resume import COMPRESSION
-from shared.store.schema import routes
 from shared.titles import TitleSource
 from shared.usage import ModelCall
 from workers.agent.auxiliary import Auxiliary, AuxiliaryUnavailable, OfflineAuxiliary

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.db import Store
 from shared.ports import Clock
 from shared.settings import Settings
-from shared.store import Store
 from shared.store import memory as memory_rows
 from shared.usage import REPLY, TOOL_ROUND, ModelCall, ToolUse
 from workers.agent.auxiliary import Auxiliary

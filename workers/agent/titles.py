@@ -17,11 +17,11 @@ import re
 
 from sqlalchemy import Connection, select
 
+from shared.db.errors import TitleInUse
+from shared.db.schema import messages
 from shared.mentions import without_mentions
 from shared.store import lineage, usage
 from shared.store import sessions as session_rows
-from shared.store.errors import TitleInUse
-from shared.store.schema import messages
 from shared.titles import MAX_TITLE_CHARS, TitleError, TitleSource, validate_title
 from workers.agent.auxiliary import AuxiliaryUnavailable, first_words, heuristic_title
 from workers.agent.compression import auxiliary_of

@@ -18,12 +18,12 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, delete, func, select, update
 
 from shared.commands import Command
+from shared.db.errors import AmbiguousSession, SessionNotFound
+from shared.db.schema import routes, sessions
 from shared.model import SessionRecord
 from shared.store import inbox, leases, lineage, outbox
 from shared.store import sessions as session_rows
-from shared.store.errors import AmbiguousSession, SessionNotFound
 from shared.store.resume import holds_nothing, lineage_head, reopen_session
-from shared.store.schema import routes, sessions
 from shared.store.visibility import Viewer, within
 from shared.wording import plural
 from workers.agent.auxiliary import AuxiliaryUnavailable

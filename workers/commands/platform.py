@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, insert, select, update
 
+from shared.db.schema import routes
 from shared.platforms import CLI, gateway_platforms, registry
 from shared.platforms.descriptor import spoken_list
 from shared.session_key import derive_session_key
 from shared.store import chats, outbox
 from shared.store import sessions as session_rows
 from shared.store.inbox import TurnRow
-from shared.store.schema import routes
 from shared.turns import InboundTurn
 from workers.commands.base import Handler
 from workers.commands.session import HELP

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, select, update
 
+from shared.db.errors import TitleInUse
+from shared.db.schema import inbox as inbox_table
+from shared.db.schema import routes
 from shared.store import inbox
 from shared.store import sessions as session_rows
-from shared.store.errors import TitleInUse
 from shared.store.resume import close_session
-from shared.store.schema import inbox as inbox_table
-from shared.store.schema import routes
 from shared.titles import TitleError, TitleSource, validate_title
 from workers.commands.base import Handler
 from workers.runtime import Runtime

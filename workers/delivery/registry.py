@@ -8,13 +8,13 @@ import time
 from functools import partial
 from typing import Any
 
+from shared.db.engine import connect
 from shared.platforms import registry
 from shared.platforms.descriptor import load
 from shared.redact import install_redaction, secrets_of
 from shared.sdks import SENDER, configured_platforms, missing_sdk
 from shared.settings import Settings
 from shared.store import chats
-from shared.store.engine import connect
 from shared.store.outbox import OutboxRow
 from workers.delivery.base import Sender, SenderDeps, Sent
 from workers.delivery.cli import CliSender

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
+from shared.db import meta
 from shared.maintenance import PRUNE_LAST_RUN, prune_due
-from shared.store import leases, meta
+from shared.store import leases
 from shared.store import reclaim as reclaim_store
 from workers.runtime import Runtime
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.db import Store
 from shared.ports import Clock
-from shared.store import Store
 from shared.store.inbox import TurnRow
 from shared.store.memory import MemoryOp
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, insert, select, update
 
-from shared.store.schema import state_meta
+from shared.db.schema import state_meta
 
 
 def get_meta(conn: Connection, key: str) -> str | None:

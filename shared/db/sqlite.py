@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Engine, event
 
-from shared.store.errors import StoreError
+from shared.db.errors import StoreError
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 10_000
@@ -379,3 +379,40 @@ def try_truncate_wal(dbapi_conn: sqlite3.Connection) -> bool:
     finally:
         dbapi_conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     return busy == 0
+
+
+def savepoint(dbapi_conn: Any, name: str) -> None:
+    """Open savepoint `name` on a driver connection already inside a transaction."""
+    dbapi_conn.execute(f"SAVEPOINT {name}")
+
+
+def release_savepoint(dbapi_conn: Any, name: str) -> None:
+    dbapi_conn.execute(f"RELEASE {name}")
+
+
+def rollback_to_savepoint(dbapi_conn: Any, name: str) -> None:
+    """Undo everything since savepoint `name`, and close it."""
+    dbapi_conn.execute(f"ROLLBACK TO {name}")
+    dbapi_conn.execute(f"RELEASE {name}")
+
+
+def integrity_check(dbapi_conn: sqlite3.Connection) -> str:
+    """'ok', or SQLite's first finding about a damaged file."""
+    return str(dbapi_conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def full_vacuum(engine: Engine) -> None:
+    """Checkpoint the WAL into the file, VACUUM, truncate the WAL. VACUUM cannot run inside a
+    transaction, so it goes through a driver connection in autocommit mode; its errors are
+    the driver's own (sqlite3.Error)."""
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        try:
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            cursor.execute("VACUUM")
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            cursor.close()
+    finally:
+        raw.close()

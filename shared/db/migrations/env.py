@@ -1,8 +1,8 @@
-"""Alembic environment: runs only on a connection handed in by shared.store.migrate."""
+"""Alembic environment: runs only on a connection handed in by shared.db.migrate."""
 
 from alembic import context
 
-from shared.store.schema import metadata
+from shared.db.schema import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:

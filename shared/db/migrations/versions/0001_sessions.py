@@ -7,7 +7,7 @@ Revises:
 import sqlalchemy as sa
 from alembic import op
 
-from shared.store import sqlite as sqlite_ddl
+from shared.db import sqlite as sqlite_ddl
 
 revision = "0001"
 down_revision = None

@@ -12,10 +12,10 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 
-from shared.store.errors import StoreError
+from shared.db.errors import StoreError
 
 if TYPE_CHECKING:
-    from shared.store.engine import Store
+    from shared.db.engine import Store
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # The newest revision this code knows; a test keeps it equal to Alembic's head.

@@ -39,6 +39,8 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, RootTransaction
 from sqlalchemy.exc import OperationalError
 
+from shared.db import sqlite
+
 T = TypeVar("T")
 
 MAX_UNITS = 64
@@ -233,7 +235,7 @@ class GroupCommit:
     def _savepoint(self, group: _Group) -> bool:
         """Open the next unit's savepoint; False (and the group lost) if SQLite refuses."""
         try:
-            group.raw.execute(f"SAVEPOINT {_SAVEPOINT}")
+            sqlite.savepoint(group.raw, _SAVEPOINT)
         except BaseException as exc:
             group.error = exc
             return False
@@ -255,7 +257,7 @@ class GroupCommit:
 
     def _release_savepoint(self, group: _Group) -> None:
         try:
-            group.raw.execute(f"RELEASE {_SAVEPOINT}")
+            sqlite.release_savepoint(group.raw, _SAVEPOINT)
             group.units += 1
         except BaseException as exc:
             group.error = exc
@@ -266,8 +268,7 @@ class GroupCommit:
         try:
             if not group.raw.in_transaction:
                 raise cause
-            group.raw.execute(f"ROLLBACK TO {_SAVEPOINT}")
-            group.raw.execute(f"RELEASE {_SAVEPOINT}")
+            sqlite.rollback_to_savepoint(group.raw, _SAVEPOINT)
         except BaseException as exc:
             group.error = exc
 

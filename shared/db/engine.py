@@ -10,11 +10,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, exc, text
+from sqlalchemy import Connection, Engine, create_engine, exc
 
-from shared.store import migrate, sqlite
-from shared.store.errors import StoreError, plainly
-from shared.store.group_commit import GroupCommit
+from shared.db import migrate, sqlite
+from shared.db.errors import StoreError, plainly
+from shared.db.group_commit import GroupCommit
 
 T = TypeVar("T")
 
@@ -196,8 +196,3 @@ def guarded(store: Store, action: Callable[[], T]) -> T:
         if sqlite.is_not_a_database(cause):
             raise StoreError(f"{where} is corrupt or not a SQLite database") from None
         raise StoreError(f"cannot use {where}: {plainly(cause, store.path)}") from None
-
-
-def integrity_check(store: Store) -> str:
-    with store.read() as conn:
-        return str(conn.execute(text("PRAGMA integrity_check")).scalar_one())

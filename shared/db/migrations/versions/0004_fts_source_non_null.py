@@ -10,7 +10,7 @@ Revises: 0003
 
 from alembic import op
 
-from shared.store import sqlite as sqlite_ddl
+from shared.db import sqlite as sqlite_ddl
 
 revision = "0004"
 down_revision = "0003"
