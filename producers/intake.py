@@ -18,10 +18,10 @@ from sqlalchemy import Connection
 
 from shared.commands import Command, parse_command
 from shared.db import Store
+from shared.pipeline import inbox, routes
 from shared.ports import Clock, Waker
 from shared.session_key import SessionKey, derive_session_key
 from shared.settings import Settings
-from shared.store import inbox
 from shared.turns import InboundTurn, validate_turn
 
 
@@ -83,7 +83,7 @@ def record(conn: Connection, item: Checked, now: float) -> inbox.Recorded:
     kind = "command" if item.command else "message"
     recorded = inbox.record_turn(conn, item.turn, item.key, now=now, kind=kind, claim_wake=True)
     if not recorded.duplicate and item.command is not None and item.command.name == "stop":
-        inbox.request_stop(conn, item.key.key, now)
+        routes.request_stop(conn, item.key.key, now)
     return recorded
 
 
@@ -154,7 +154,7 @@ def forget(store: Store, wakes: Sequence[WakeUp]) -> None:
 
     def work(conn: Connection) -> None:
         for key, seq in claims:
-            inbox.forget_wake(conn, key, seq)
+            routes.forget_wake(conn, key, seq)
 
     if claims:
         store.run_write(work)

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from shared.db import Store
+from shared.pipeline import inbox, outbox
 from shared.ports import Clock
-from shared.store import inbox, outbox
 
 
 class StoreCollector:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shared.store import leases
+from shared.pipeline import leases, routes
 
 
 def _grab(conn, key, holder, now, ttl):  # type: ignore[no-untyped-def]
@@ -22,9 +22,9 @@ def _ignore(*_args, **_kwargs):  # type: ignore[no-untyped-def]
     return None
 
 
-leases.acquire_route = _grab
-leases.check_route = _ignore
-leases.release_route = _ignore
+routes.acquire_route = _grab
+routes.check_route = _ignore
+routes.release_route = _ignore
 
 if __name__ == "__main__":
     from producers.cli.main import main

@@ -20,16 +20,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection
 
 from shared.commands import parse_command
 from shared.db.errors import TitleInUse
-from shared.db.prepared import Prepared
-from shared.db.schema import routes, sessions
 from shared.ids import CLI_HEX, looks_like_session_id
 from shared.model import MessageRecord, SessionRecord
+from shared.pipeline import cron, inbox, leases, outbox, routes
 from shared.platforms import CLI, CRON, gateway_platforms
-from shared.store import chats, cron, inbox, leases, messages, outbox, usage
+from shared.store import chats, messages, usage
 from shared.store import memory as memory_rows
 from shared.store import sessions as session_rows
 from shared.store.housekeeping import MEMORY_FLUSH
@@ -48,22 +47,6 @@ from workers.runtime import Runtime
 log = logging.getLogger(__name__)
 
 HISTORY_MESSAGES = 200
-
-_ROUTE_SESSION = Prepared(
-    select(
-        routes.c.pending_title,
-        sessions.c.id.label("live_id"),
-        sessions.c.ended_at,
-        sessions.c.end_reason,
-    )
-    .select_from(routes.outerjoin(sessions, sessions.c.id == routes.c.session_id))
-    .where(routes.c.session_key == bindparam("b_key"))
-)
-_ATTACH_SESSION = Prepared(
-    update(routes)
-    .where(routes.c.session_key == bindparam("b_key"))
-    .values(session_id=bindparam("b_session"), pending_title=None, updated_at=bindparam("b_now"))
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +76,7 @@ def drain(rt: Runtime, key: str) -> DrainResult:
 
     def take(conn: Connection) -> tuple[leases.Lease | None, _Next | None, float]:
         now = rt.clock()
-        lease = leases.acquire_route(conn, key, holder, now, rt.lease_ttl)
+        lease = routes.acquire_route(conn, key, holder, now, rt.lease_ttl)
         return lease, _claim(conn, rt, lease, now) if lease is not None else None, now
 
     lease, first, now = rt.store.run_write(take)
@@ -109,7 +92,7 @@ def drain(rt: Runtime, key: str) -> DrainResult:
     finally:
         rt.metrics.leases_held.dec()
         if result is None or result.reason != "idle":  # idle: released with the last claim
-            rt.store.run_write(lambda conn: leases.release_route(conn, lease))
+            rt.store.run_write(lambda conn: routes.release_route(conn, lease))
         if result is None:  # an unexpected error: turns that arrived meanwhile got no wake-up
             _wake_after_error(rt, key)
     assert result is not None
@@ -136,7 +119,7 @@ def _claim(conn: Connection, rt: Runtime, lease: leases.Lease, now: float) -> _N
         inbox.finish_turn(conn, turn.id, inbox.CANCELLED, now, error="session already moved on")
         turn = inbox.next_open_turn(conn, lease.name)
     if turn is None:
-        leases.release_route(conn, lease)
+        routes.release_route(conn, lease)
         return _Next("idle")
     if turn.not_before is not None and turn.not_before > now:
         return _Next("defer", turn, retry_in=turn.not_before - now)
@@ -150,9 +133,7 @@ def _claim(conn: Connection, rt: Runtime, lease: leases.Lease, now: float) -> _N
 def _flush_still_wanted(conn: Connection, turn: inbox.TurnRow) -> bool:
     """A reset's memory turn runs only in the live session it was queued for."""
     session_id = turn.event_id.split(":")[1] if turn.event_id.count(":") >= 2 else ""
-    current = conn.execute(
-        select(routes.c.session_id).where(routes.c.session_key == turn.session_key)
-    ).scalar()
+    current = routes.route_session_id(conn, turn.session_key)
     if current != session_id:
         return False
     record = session_rows.get_session(conn, session_id)
@@ -162,7 +143,7 @@ def _flush_still_wanted(conn: Connection, turn: inbox.TurnRow) -> bool:
 def _claim_next(rt: Runtime, held: Held) -> _Next:
     def claim(conn: Connection) -> _Next:
         now = rt.clock()
-        leases.check_route(conn, held.lease, now, rt.lease_ttl)
+        routes.check_route(conn, held.lease, now, rt.lease_ttl)
         return _claim(conn, rt, held.lease, now)
 
     return rt.store.run_write(claim)
@@ -203,7 +184,7 @@ def _bury(rt: Runtime, held: Held, turn: inbox.TurnRow) -> None:
     """A turn that failed `max_attempts` times: mark it dead, tell the user, move on."""
     now = rt.clock()
     with rt.store.write() as conn:
-        leases.check_route(conn, held.lease, now, rt.lease_ttl)
+        routes.check_route(conn, held.lease, now, rt.lease_ttl)
         inbox.finish_turn(conn, turn.id, inbox.DEAD, now, error=turn.error or "worker lost")
         outbox.add(
             conn,
@@ -232,7 +213,7 @@ def _bury(rt: Runtime, held: Held, turn: inbox.TurnRow) -> None:
 def current_session(conn: Connection, rt: Runtime, turn: inbox.TurnRow) -> str:
     """The key's live session, created on first need (the lease makes this single-flight).
     A terminal's session that was left still takes the turns sent to it (`resume`)."""
-    route = _ROUTE_SESSION.first(conn, {"b_key": turn.session_key})
+    route = routes.session_state(conn, turn.session_key)
     assert route is not None  # the turn's arrival made the route row
     live = route["live_id"]
     if live is not None and (
@@ -267,9 +248,7 @@ def current_session(conn: Connection, rt: Runtime, turn: inbox.TurnRow) -> str:
         session_rows.create_session(
             conn, session_id=session_id, source=turn.platform, now=now, **columns
         )
-    _ATTACH_SESSION.rowcount(
-        conn, {"b_key": turn.session_key, "b_session": session_id, "b_now": now}
-    )
+    routes.attach(conn, turn.session_key, session_id, now)
     return session_id
 
 
@@ -354,7 +333,7 @@ def _compress(
         return None
     with rt.store.write() as conn:
         now = rt.clock()
-        leases.check_route(conn, held.lease, now, rt.lease_ttl)
+        routes.check_route(conn, held.lease, now, rt.lease_ttl)
         if summary is not None:
             compression.continue_session(
                 conn, rt, session_id, summary, session_key=turn.session_key, now=now
@@ -368,7 +347,7 @@ def _postpone(rt: Runtime, held: Held, turn: inbox.TurnRow, exc: Exception) -> N
     log.warning("turn %s attempt %s failed: %r", turn.id, turn.attempts + 1, exc)
     rt.metrics.turns.labels(turn.platform, "retried").inc()
     with rt.store.write() as conn:
-        leases.check_route(conn, held.lease, now, rt.lease_ttl)
+        routes.check_route(conn, held.lease, now, rt.lease_ttl)
         inbox.postpone_turn(conn, turn.id, now + backoff, f"{type(exc).__name__}: {exc}"[:500])
 
 
@@ -427,7 +406,7 @@ def _commit(
     holder = rt.holder()
 
     def write(conn: Connection) -> tuple[_Next | None, outbox.OutboxRow | None, _Opened | None]:
-        leases.check_route(conn, held.lease, now, rt.lease_ttl)
+        routes.check_route(conn, held.lease, now, rt.lease_ttl)
         messages.append_messages(
             conn,
             session_id,

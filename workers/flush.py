@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from shared.store import leases, outbox
+from shared.pipeline import leases, outbox
 from workers.delivery.base import RetryLater, Undeliverable
 from workers.delivery.registry import UnknownPlatform
 from workers.runtime import Runtime

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from shared.db.meta import get_meta, set_meta
-from shared.store import inbox, leases, outbox
+from shared.pipeline import inbox, leases, outbox
 from workers.flush import lane_lease_name
 from workers.runtime import Runtime
 

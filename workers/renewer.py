@@ -9,8 +9,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from shared.db import Store
+from shared.pipeline import leases as lease_rows
+from shared.pipeline import routes
 from shared.ports import Clock
-from shared.store import leases as lease_rows
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class Renewer:
             now = self._clock()
             for held in snapshot:
                 try:
-                    lease_rows.check_route(conn, held.lease, now, self._ttl)
+                    routes.check_route(conn, held.lease, now, self._ttl)
                 except lease_rows.LeaseLost:
                     if not held.lost:
                         log.warning(
@@ -88,7 +89,7 @@ class Renewer:
                         )
                     held.lost = True
                     continue
-                asked = lease_rows.stop_requested_at(conn, held.lease.name)
+                asked = routes.stop_requested_at(conn, held.lease.name)
                 if asked is not None and asked >= held.started_at:
                     held.stop = True
 

@@ -28,20 +28,14 @@ from producers.intake import accept, key_for
 from shared.db import Store
 from shared.ids import new_session_id
 from shared.model import MessageRecord, SessionRecord
+from shared.pipeline import inbox, outbox, routes
 from shared.platforms import CLI, DM
 from shared.ports import Waker
 from shared.settings import Settings
-from shared.store import inbox, lineage, messages, outbox
+from shared.store import lineage, messages
 from shared.store import sessions as session_rows
 from shared.store.memory import LOCAL_USER
-from shared.store.resume import (
-    bind_route,
-    latest_session,
-    leave_terminal,
-    lineage_head,
-    reopen_session,
-    route_session_id,
-)
+from shared.store.resume import latest_session, leave_terminal, lineage_head, reopen_session
 from shared.store.visibility import Viewer
 from shared.turns import Attachment, InboundTurn
 
@@ -142,16 +136,8 @@ class TerminalChat:
         self._use(chat_id)
         with self.store.write() as conn:
             reopen_session(conn, session.id)
-            bind_route(
-                conn,
-                self.key,
-                session.id,
-                platform=CLI,
-                chat_id=chat_id,
-                chat_type=DM,
-                user_id=LOCAL_USER,
-                now=self.clock(),
-            )
+            place = routes.Place(CLI, chat_id, DM, user_id=LOCAL_USER)
+            routes.bind_route(conn, self.key, session.id, place, self.clock())
             return session_rows.require_session(conn, session.id)
 
     def leave(self) -> str:
@@ -168,7 +154,7 @@ class TerminalChat:
 
     def session_id(self) -> str | None:
         with self.store.read() as conn:
-            return route_session_id(conn, self.key)
+            return routes.route_session_id(conn, self.key)
 
     def session(self) -> SessionRecord | None:
         session_id = self.session_id()

@@ -20,8 +20,8 @@ from producers.cli.chat_client import Outcome, TerminalChat
 from producers.cli.recap_view import ASSISTANT_STYLE, USER_STYLE, render_recap
 from shared import __version__
 from shared.model import SessionRecord
+from shared.pipeline import inbox
 from shared.settings import Settings
-from shared.store import inbox
 from shared.turns import Attachment
 
 SLOW_WORKER_SECONDS = 15.0

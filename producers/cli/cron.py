@@ -8,8 +8,8 @@ import click
 
 from producers.cli.app import App, fail, pass_app
 from shared.maintenance import ScheduleError, zone
+from shared.pipeline import cron
 from shared.platforms import CLI, gateway_platforms
-from shared.store import cron
 
 
 def _when(ts: float | None, tz: str) -> str:

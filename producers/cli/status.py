@@ -11,7 +11,7 @@ from producers.broker import broker_client
 from producers.cli.app import App, pass_app
 from producers.cli.up import _redact
 from producers.stack.embedded_redis import is_alive
-from shared.store import inbox, outbox
+from shared.pipeline import inbox, outbox
 
 
 def _age(seconds: float) -> str:

@@ -36,9 +36,9 @@ from anyio import CapacityLimiter, to_thread
 
 from producers.intake import Accepted, Checked, checked, record_all, wake_all, wake_up_for
 from shared.db import Store
+from shared.pipeline import inbox
 from shared.ports import Clock, Waker
 from shared.settings import Settings
-from shared.store import inbox
 from shared.turns import InboundTurn
 
 log = logging.getLogger(__name__)

@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, update
 
 from shared.db.meta import get_meta, set_meta
-from shared.db.schema import inbox, outbox, routes, sessions
-from shared.store.outbox import PENDING, lane_for
+from shared.db.schema import inbox, outbox, sessions
+from shared.pipeline import routes as route_rows
+from shared.pipeline.outbox import PENDING, lane_for
 
 HOME_PREFIX = "home_channel."
 OPEN = ("waiting", "running")
@@ -126,48 +127,17 @@ def migrate_chat(conn: Connection, platform: str, old: str, new: str, now: float
     if old == new:
         return Migration(0, 0, 0, 0, home_moved=False)
     moved_routes = 0
-    old_routes = conn.execute(
-        select(routes).where(routes.c.platform == platform, routes.c.chat_id == old)
-    ).all()
-    for route in old_routes:
+    for route in route_rows.routes_of_chat(conn, platform, old):
         new_key = _swap_chat_segment(route.session_key, _key_part(old), _key_part(new))
         if new_key == route.session_key:
             continue
-        existing = conn.execute(
-            select(routes.c.session_id).where(routes.c.session_key == new_key)
-        ).first()
-        if existing is None:
-            conn.execute(
-                insert(routes).values(
-                    session_key=new_key,
-                    session_id=route.session_id,
-                    platform=platform,
-                    chat_id=new,
-                    chat_type=route.chat_type,
-                    thread_id=route.thread_id,
-                    user_id=route.user_id,
-                    next_seq=0,
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
-        elif existing.session_id is None and route.session_id is not None:
-            conn.execute(
-                update(routes)
-                .where(routes.c.session_key == new_key)
-                .values(session_id=route.session_id, updated_at=now)
-            )
+        route_rows.move_to_chat(conn, route, platform, new, new_key, now)
         if route.session_id is not None:
             conn.execute(
                 update(sessions)
                 .where(sessions.c.id == route.session_id)
                 .values(chat_id=new, session_key=new_key)
             )
-        conn.execute(
-            update(routes)
-            .where(routes.c.session_key == route.session_key)
-            .values(chat_id=new, updated_at=now)
-        )
         moved_routes += 1
     turns = conn.execute(
         update(inbox)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, select
 
 from shared.db.schema import inbox as inbox_table
 from shared.db.schema import routes, sessions
+from shared.pipeline import inbox, outbox
+from shared.pipeline import routes as route_rows
 from shared.platforms import GATEWAY_PLATFORMS
 from shared.session_key import SessionKey
-from shared.store import inbox, outbox
 from shared.store import sessions as session_rows
 from shared.turns import InboundTurn
 
@@ -106,12 +107,7 @@ def end_for_reset(
     """End the session, detach it from its key and queue the notice; False if it moved on."""
     if not session_rows.end_session(conn, candidate.session_id, reason, now):
         return False
-    conn.execute(
-        update(routes)
-        .where(routes.c.session_key == candidate.session_key)
-        .where(routes.c.session_id == candidate.session_id)
-        .values(session_id=None, updated_at=now)
-    )
+    route_rows.detach_session(conn, candidate.session_key, candidate.session_id, now)
     if notice:
         outbox.add(
             conn,

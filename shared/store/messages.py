@@ -150,3 +150,20 @@ def last_messages(conn: Connection, session_id: str, count: int) -> list[Message
     """The newest `count` messages of a session, oldest first."""
     rows = _LAST.all(conn, {"b_session": session_id, "b_count": count})
     return [MessageRecord.from_mapping(row) for row in reversed(rows)]
+
+
+def first_exchange_rows(
+    conn: Connection, session_id: str, limit: int = 20
+) -> list[tuple[str, str]]:
+    """(role, content) of the session's first `limit` user and assistant messages with text."""
+    rows = conn.execute(
+        select(messages.c.role, messages.c.content)
+        .where(
+            messages.c.session_id == session_id,
+            messages.c.role.in_(("user", "assistant")),
+            messages.c.content.is_not(None),
+        )
+        .order_by(messages.c.id)
+        .limit(limit)
+    ).all()
+    return [(str(row.role), str(row.content)) for row in rows]

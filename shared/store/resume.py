@@ -16,12 +16,13 @@ instead of kept, so repeated `/new` leaves no empty sessions behind (`close_sess
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, delete, insert, or_, select, update
+from sqlalchemy import Connection, delete, or_, select, update
 
-from shared.db.schema import routes, sessions
+from shared.db.schema import sessions
 from shared.model import SessionRecord
+from shared.pipeline.inbox import has_open_turns
+from shared.pipeline.routes import route_session_id
 from shared.platforms import CLI
-from shared.store.inbox import has_open_turns
 from shared.store.sessions import end_session, get_session
 
 COMPRESSION = "compression"
@@ -78,51 +79,16 @@ def reopen_session(conn: Connection, session_id: str) -> bool:
     return result.rowcount > 0
 
 
-def route_session_id(conn: Connection, key: str) -> str | None:
-    """The session a route currently points at (None before its first turn or after /new)."""
-    value = conn.execute(select(routes.c.session_id).where(routes.c.session_key == key)).scalar()
-    return str(value) if value is not None else None
-
-
-def bind_route(
-    conn: Connection,
-    key: str,
-    session_id: str,
-    *,
-    platform: str,
-    chat_id: str,
-    chat_type: str,
-    now: float,
-    user_id: str | None = None,
-    thread_id: str | None = None,
-) -> None:
-    """Point the route `key` at `session_id`, creating the route if it has never had a turn."""
-    done = conn.execute(
-        update(routes)
-        .where(routes.c.session_key == key)
-        .values(session_id=session_id, pending_title=None, updated_at=now)
-    )
-    if done.rowcount:
-        return
-    conn.execute(
-        insert(routes).values(
-            session_key=key,
-            session_id=session_id,
-            platform=platform,
-            chat_id=chat_id,
-            chat_type=chat_type,
-            thread_id=thread_id,
-            user_id=user_id,
-            next_seq=0,
-            created_at=now,
-            updated_at=now,
-        )
-    )
-
-
 def holds_nothing(session: SessionRecord) -> bool:
     """No message and no title: a session made only to run commands in."""
     return session.message_count == 0 and session.title is None
+
+
+def drop_if_empty(conn: Connection, session_id: str) -> None:
+    """Delete the session if it holds nothing (made just to run a command)."""
+    session = get_session(conn, session_id)
+    if session is not None and holds_nothing(session):
+        conn.execute(delete(sessions).where(sessions.c.id == session_id))
 
 
 def close_session(conn: Connection, session_id: str, reason: str, now: float) -> str:

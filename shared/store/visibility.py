@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, FromClause, and_, false
+from sqlalchemy import ColumnElement, Connection, FromClause, and_, false, func, select
 
 from shared.db.schema import sessions
+from shared.model import SessionRecord
 from shared.platforms import CLI
 
 
@@ -47,3 +48,18 @@ def within(viewer: Viewer | None, table: FromClause = sessions) -> list[ColumnEl
     """`reach()` as a list for `.where(*within(viewer))`: empty when nothing is held back."""
     clause = reach(viewer, table)
     return [] if clause is None else [clause]
+
+
+def recent_sessions(
+    conn: Connection, viewer: Viewer | None, limit: int
+) -> tuple[list[SessionRecord], int]:
+    """The newest `limit` sessions with messages that `viewer` reaches, and how many there are."""
+    listed = [*within(viewer), sessions.c.message_count > 0]
+    rows = conn.execute(
+        select(sessions)
+        .where(*listed)
+        .order_by(sessions.c.last_active_at.desc(), sessions.c.id.desc())
+        .limit(limit)
+    ).all()
+    total = conn.execute(select(func.count()).select_from(sessions).where(*listed)).scalar_one()
+    return [SessionRecord.from_row(row) for row in rows], int(total)

@@ -12,9 +12,9 @@ from sqlalchemy import select
 
 from shared.db import Store
 from shared.db.schema import outbox as table
+from shared.pipeline import outbox
 from shared.ports import RecordingWaker
 from shared.settings import Settings
-from shared.store import outbox
 from workers.agent.offline import OfflineAgent
 from workers.delivery.registry import build_senders
 from workers.renewer import Renewer

@@ -16,11 +16,12 @@ from sqlalchemy import select
 from producers.intake import accept
 from shared.db import Store
 from shared.db.schema import inbox as inbox_table
+from shared.pipeline import inbox, outbox
+from shared.pipeline.routes import route_session_id
 from shared.settings import Settings, load_settings
-from shared.store import inbox, messages, outbox
 from shared.store import memory as memory_rows
+from shared.store import messages
 from shared.store import sessions as session_rows
-from shared.store.resume import route_session_id
 from tests.fakes.openai_server import FakeOpenAI, error, reply, running, tool_call
 from tests.pipeline_helpers import make_runtime, turn
 from workers.agent.factory import build_agent

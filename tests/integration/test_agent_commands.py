@@ -6,12 +6,13 @@ import time
 
 from producers.intake import accept
 from shared.db import Store
+from shared.pipeline import outbox
+from shared.pipeline.routes import route_session_id
 from shared.search import SearchRequest, search
 from shared.settings import Settings
-from shared.store import outbox
 from shared.store import sessions as session_rows
 from shared.store.messages import append_message
-from shared.store.resume import leave_terminal, route_session_id
+from shared.store.resume import leave_terminal
 from tests.pipeline_helpers import make_runtime, turn
 from workers.drain import drain
 from workers.runtime import Runtime

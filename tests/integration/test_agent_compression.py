@@ -9,10 +9,12 @@ import pytest
 
 from producers.intake import accept
 from shared.db import Store
+from shared.pipeline import inbox, outbox
+from shared.pipeline.routes import route_session_id
 from shared.settings import Settings, load_settings
-from shared.store import inbox, lineage, messages, outbox
+from shared.store import lineage, messages
 from shared.store import sessions as session_rows
-from shared.store.resume import lineage_head, route_session_id
+from shared.store.resume import lineage_head
 from tests.fakes.openai_server import FakeOpenAI, reply, running
 from tests.integration.test_agent import AUX, MAIN, model_settings
 from tests.pipeline_helpers import make_runtime, turn

@@ -10,10 +10,11 @@ import pytest
 
 from producers.intake import accept
 from shared.db import Store
+from shared.pipeline import outbox
+from shared.pipeline.routes import route_session_id
 from shared.settings import load_settings
-from shared.store import messages, outbox
+from shared.store import messages
 from shared.store import sessions as session_rows
-from shared.store.resume import route_session_id
 from tests.fakes.openai_server import FakeOpenAI, reply, running
 from tests.integration.test_agent import AUX, MAIN, model_settings
 from tests.pipeline_helpers import make_runtime, turn

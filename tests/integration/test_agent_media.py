@@ -15,8 +15,9 @@ import pytest
 
 from producers.intake import accept
 from shared.db import Store
+from shared.pipeline import inbox
 from shared.settings import Settings
-from shared.store import inbox, messages
+from shared.store import messages
 from shared.turns import Attachment
 from tests.fakes.openai_server import FakeOpenAI, reply, running
 from tests.integration.test_agent import AUX, MAIN, model_settings

@@ -12,8 +12,8 @@ import pytest
 
 from producers.intake import accept
 from shared.db import open_store
+from shared.pipeline import cron
 from shared.ports import RecordingWaker
-from shared.store import cron
 from tests.chaos import ROOT, Fleet, env_for, free_port, open_turns, worker_command
 from tests.pipeline_helpers import turn
 

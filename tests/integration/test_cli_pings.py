@@ -7,7 +7,7 @@ import time
 
 import redis
 
-from shared.store.outbox import OutboxRow
+from shared.pipeline.outbox import OutboxRow
 from workers.delivery.cli import CliSender, channel_for
 
 

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import text
 
 from shared.db import Store, open_store
+from shared.pipeline import outbox
 from shared.platforms.discord import PLATFORM
 from shared.settings import Settings, load_settings
-from shared.store import outbox
 from tests.fakes.delivery import delivery_runtime, reply, row
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.stack import redis_db_url

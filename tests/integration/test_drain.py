@@ -11,9 +11,9 @@ from sqlalchemy import select, text
 from producers.intake import accept
 from shared.db import Store
 from shared.db.schema import inbox as inbox_table
-from shared.db.schema import routes
+from shared.db.schema import routes as routes_table
+from shared.pipeline import inbox, leases, outbox, routes
 from shared.settings import Settings, load_settings
-from shared.store import inbox, leases, outbox
 from shared.turns import TurnRejected
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
 from workers.agent.offline import OfflineAgent
@@ -157,14 +157,14 @@ def test_lease_fence_only_grows(store: Store) -> None:
     with store.write() as conn:
         inbox.record_turn(conn, turn(0), _key("k"), now=0)
     with store.write() as conn:
-        first = leases.acquire_route(conn, "k", "a", now=0, ttl=1)
+        first = routes.acquire_route(conn, "k", "a", now=0, ttl=1)
         assert first is not None
-        assert leases.acquire_route(conn, "k", "b", now=0.5, ttl=1) is None
-        second = leases.acquire_route(conn, "k", "b", now=2, ttl=1)
+        assert routes.acquire_route(conn, "k", "b", now=0.5, ttl=1) is None
+        second = routes.acquire_route(conn, "k", "b", now=2, ttl=1)
         assert second is not None and second.fence > first.fence
         with pytest.raises(leases.LeaseLost):
-            leases.check_route(conn, first, now=2, ttl=1)
-        leases.check_route(conn, second, now=2, ttl=1)
+            routes.check_route(conn, first, now=2, ttl=1)
+        routes.check_route(conn, second, now=2, ttl=1)
 
 
 def _key(key: str):  # type: ignore[no-untyped-def]
@@ -274,12 +274,12 @@ def test_no_wake_up_is_sent_while_a_drain_holds_the_session(
     key = accept(store, rt.waker, turn(0), settings=fast_settings, clock=time.time).session_key
     assert waker.drains == [(key, None)]
     with store.write() as conn:
-        lease = leases.acquire_route(conn, key, "holder", time.time(), 30)
+        lease = routes.acquire_route(conn, key, "holder", time.time(), 30)
     assert lease is not None
     during = accept(store, rt.waker, turn(1), settings=fast_settings, clock=time.time)
     assert during.woken and waker.drains == [(key, None)]
     with store.write() as conn:
-        leases.release_route(conn, lease)
+        routes.release_route(conn, lease)
     after = accept(store, rt.waker, turn(2), settings=fast_settings, clock=time.time)
     assert after.woken and waker.drains == [(key, None), (key, None)]
     assert drain(rt, key).ran == 3
@@ -306,7 +306,7 @@ def test_a_drain_that_fails_unexpectedly_lets_go_and_wakes_the_key_again(
     assert waker.drains == [(key, fast_settings.pipeline.retry_backoff_seconds)]
     with store.read() as conn:
         holder = conn.execute(
-            select(routes.c.lease_holder).where(routes.c.session_key == key)
+            select(routes_table.c.lease_holder).where(routes_table.c.session_key == key)
         ).scalar()
         status = conn.execute(select(inbox_table.c.status)).scalar_one()
     assert holder is None  # the lease was let go, so the next wake-up can take it

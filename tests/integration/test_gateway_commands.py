@@ -10,8 +10,9 @@ from producers.intake import accept, key_for
 from shared.db import Store
 from shared.db.schema import outbox as table
 from shared.db.schema import routes
+from shared.pipeline import outbox
 from shared.settings import Settings, load_settings
-from shared.store import chats, outbox
+from shared.store import chats
 from tests.pipeline_helpers import make_runtime, turn
 from workers.delivery.base import MemorySender
 from workers.drain import drain

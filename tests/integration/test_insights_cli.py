@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from shared.db import Store
+from shared.pipeline import cron
 from shared.pricing import Pricing
 from shared.settings import Settings
-from shared.store import cron, usage
+from shared.store import usage
 from shared.store.sessions import create_session
 from shared.usage import ModelCall, ToolUse
 from tests.integration.test_cli_sessions_support import DAY, NOW, hermes, invoke

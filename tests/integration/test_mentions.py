@@ -9,11 +9,11 @@ import pytest
 
 from producers.intake import accept
 from shared.db import Store
+from shared.pipeline.routes import route_session_id
 from shared.search import SearchRequest, search
 from shared.settings import Settings
 from shared.store import messages
 from shared.store import sessions as session_rows
-from shared.store.resume import route_session_id
 from tests.pipeline_helpers import make_runtime, turn
 from workers.drain import drain
 

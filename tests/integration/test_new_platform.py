@@ -32,13 +32,13 @@ from producers.gateway.app import create_app
 from producers.gateway.deps import Gateway
 from producers.gateway.plugin import ReceiverPlugin
 from shared.db import Store, open_store
+from shared.pipeline.outbox import OutboxRow
 from shared.platforms import DM, gateway_platforms, registry
 from shared.platforms.descriptor import Platform, Route
 from shared.redact import secrets_of
 from shared.sdks import configured_platforms
 from shared.settings import PlatformSettings, Settings, SettingsError, load_settings
 from shared.store import sessions
-from shared.store.outbox import OutboxRow
 from shared.turns import InboundTurn
 from tests.fakes.server import Served
 from tests.fakes.stack import redis_db_url, wait_for

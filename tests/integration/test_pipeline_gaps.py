@@ -21,8 +21,8 @@ from producers.cli.main import cli
 from producers.intake import Accepted, accept
 from shared.db import Store, open_store
 from shared.db.schema import inbox as inbox_table
+from shared.pipeline import inbox, routes
 from shared.settings import Settings, load_settings
-from shared.store import inbox, leases
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
 from workers.agent.base import AgentRequest
 from workers.drain import drain
@@ -186,8 +186,8 @@ def test_status_json_reports_the_inbox(settings: Settings, store: Store) -> None
     dead = _record(store, settings, "sad", 0, now - 50)
     stale = _record(store, settings, "gone", 0, now - 2000)
     with store.write() as conn:
-        assert leases.acquire_route(conn, held.session_key, "worker-a", now, 600) is not None
-        expired = leases.acquire_route(conn, stale.session_key, "worker-b", now - 1000, 10)
+        assert routes.acquire_route(conn, held.session_key, "worker-a", now, 600) is not None
+        expired = routes.acquire_route(conn, stale.session_key, "worker-b", now - 1000, 10)
         assert expired is not None  # held once, long expired: not counted
         inbox.finish_turn(conn, stale.turn_id, inbox.DONE, now - 990)
         inbox.finish_turn(conn, dead.turn_id, inbox.DEAD, now - 40, error="model exploded")

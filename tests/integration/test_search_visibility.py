@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from shared.db import Store
+from shared.pipeline.inbox import TurnRow
 from shared.search import SearchRequest, search
 from shared.search.tool import run as tool_run
-from shared.store.inbox import TurnRow
 from shared.store.messages import append_message
 from shared.store.sessions import create_session
 from shared.store.visibility import Viewer

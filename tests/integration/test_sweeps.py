@@ -11,8 +11,8 @@ from producers.intake import accept
 from shared.db import Store
 from shared.db.schema import inbox as inbox_table
 from shared.db.schema import routes
+from shared.pipeline import cron, leases, outbox
 from shared.settings import Settings, load_settings
-from shared.store import cron, leases, outbox
 from shared.store import sessions as session_rows
 from shared.store.housekeeping import MEMORY_FLUSH
 from tests.integration.storekit import fill_in_segments, fts_integrity_check, fts_segment_counts
@@ -199,7 +199,7 @@ def test_prune_is_off_unless_enabled_and_two_runs_never_overlap(
     on = _settings(hermes_env, HERMES_SESSIONS__AUTO_PRUNE="true")
     first, _ = make_runtime(on, store)
     second, _ = make_runtime(on, store)
-    from shared.store import leases
+    from shared.pipeline import leases
 
     with store.write() as conn:
         held = leases.acquire_named(conn, prune.LEASE, "someone-else", first.clock(), 60)

@@ -12,9 +12,10 @@ import pytest
 from sqlalchemy import text
 
 from shared.db import Store, open_store
+from shared.pipeline import outbox
 from shared.platforms.telegram import PLATFORM
 from shared.settings import Settings, load_settings
-from shared.store import chats, outbox
+from shared.store import chats
 from tests.fakes.delivery import delivery_runtime, reply, row
 from tests.fakes.stack import redis_db_url
 from tests.fakes.telegram_api import FakeTelegram

@@ -15,8 +15,8 @@ import pytest
 from producers.broker import BrokerWaker, broker_client
 from producers.intake import accept
 from shared.db import open_store
+from shared.pipeline import outbox
 from shared.settings import load_settings
-from shared.store import outbox
 from tests.pipeline_helpers import turn
 
 ROOT = Path(__file__).resolve().parents[2]

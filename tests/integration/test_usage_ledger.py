@@ -19,10 +19,10 @@ from sqlalchemy import select
 from producers.intake import accept
 from shared.db import Store, open_store
 from shared.db.schema import usage_ledger, usage_sessions
+from shared.pipeline.inbox import get_turn
 from shared.pricing import Pricing
 from shared.settings import Settings, load_settings
 from shared.store import insights, usage
-from shared.store.inbox import get_turn
 from shared.store.sessions import end_session, prune_batch
 from shared.usage import ModelCall, day_of
 from tests.fakes.openai_server import FakeOpenAI, reply, running, tool_call

@@ -7,10 +7,10 @@ from sqlalchemy import select
 
 from producers.intake import Accepted, accept
 from shared.db import Store
-from shared.db.schema import routes
+from shared.db.schema import routes as routes_table
+from shared.pipeline import routes
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings
-from shared.store import inbox, leases
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
 from workers.drain import drain
 
@@ -48,7 +48,7 @@ def _send(
 def _mark(store: Store, key: str) -> float | None:
     with store.read() as conn:
         value = conn.execute(
-            select(routes.c.wake_sent_at).where(routes.c.session_key == key)
+            select(routes_table.c.wake_sent_at).where(routes_table.c.session_key == key)
         ).scalar_one()
         return float(value) if value is not None else None
 
@@ -88,10 +88,10 @@ def test_a_wake_up_the_broker_lost_is_trusted_only_for_a_while(
     clock = Clock()
     waker = RecordingWaker()
     key = _send(store, waker, settings, clock, 0).session_key
-    clock.now += inbox.WAKE_PENDING_SECONDS / 2
+    clock.now += routes.WAKE_PENDING_SECONDS / 2
     assert _send(store, waker, settings, clock, 1).woken
     assert len(waker.drains) == 1  # the first one is presumed on its way
-    clock.now += inbox.WAKE_PENDING_SECONDS
+    clock.now += routes.WAKE_PENDING_SECONDS
     assert _send(store, waker, settings, clock, 2).woken
     assert waker.drains == [(key, None), (key, None)]  # it was sent too long ago: again
 
@@ -105,12 +105,12 @@ def test_a_lease_taken_or_let_go_meanwhile_takes_the_mark_with_it(
     waker = RecordingWaker()
     key = _send(store, waker, settings, clock, 0).session_key
     with store.write() as conn:
-        lease = leases.acquire_route(conn, key, "another drain", clock.now, 30)
+        lease = routes.acquire_route(conn, key, "another drain", clock.now, 30)
     assert lease is not None and _mark(store, key) is None
     assert _send(store, waker, settings, clock, 1).woken  # the holder will see it
     assert len(waker.drains) == 1 and _mark(store, key) is None
     with store.write() as conn:
-        leases.release_route(conn, lease)
+        routes.release_route(conn, lease)
     assert _send(store, waker, settings, clock, 2).woken
     assert waker.drains == [(key, None), (key, None)]
 
@@ -121,7 +121,7 @@ def test_an_expired_lease_does_not_hold_back_the_wake_up(settings: Settings, sto
     waker = RecordingWaker()
     key = _send(store, waker, settings, clock, 0).session_key
     with store.write() as conn:
-        assert leases.acquire_route(conn, key, "a paused drain", clock.now, 5) is not None
+        assert routes.acquire_route(conn, key, "a paused drain", clock.now, 5) is not None
     clock.now += 6
     assert _send(store, waker, settings, clock, 1).woken
     assert waker.drains == [(key, None), (key, None)]

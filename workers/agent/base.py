@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from shared.model import MessageRecord, SessionRecord
-from shared.store.inbox import TurnRow
+from shared.pipeline.inbox import TurnRow
 from shared.store.memory import MemoryOp
 from shared.usage import ModelCall
 

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection
 
-from shared.db.schema import routes
 from shared.ids import new_session_id
 from shared.model import SessionRecord
+from shared.pipeline import routes
 from shared.platforms import gateway_platforms
 from shared.store import lineage, messages, usage
 from shared.store import sessions as session_rows
@@ -117,9 +117,5 @@ def continue_session(
     tokens = estimate_tokens(text)
     messages.append_message(conn, new_id, "system", text, now=now, token_count=tokens)
     session_rows.end_session(conn, old.id, COMPRESSION, now)
-    conn.execute(
-        update(routes)
-        .where(routes.c.session_key == session_key, routes.c.session_id == old.id)
-        .values(session_id=new_id, updated_at=now)
-    )
+    routes.move_session(conn, session_key, old.id, new_id, now)
     return session_rows.require_session(conn, new.id)

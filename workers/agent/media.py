@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from shared.ids import is_safe_session_id
+from shared.pipeline.inbox import TurnRow
 from shared.platforms import CLI
 from shared.settings import Settings
-from shared.store.inbox import TurnRow
 from shared.turns import Attachment
 from shared.usage import TRANSCRIPTION, ModelCall
 from workers.agent.auxiliary import Auxiliary, AuxiliaryUnavailable

@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 import re
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from shared.db.errors import TitleInUse
-from shared.db.schema import messages
 from shared.mentions import without_mentions
 from shared.store import lineage, usage
+from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
 from shared.titles import MAX_TITLE_CHARS, TitleError, TitleSource, validate_title
 from workers.agent.auxiliary import AuxiliaryUnavailable, first_words, heuristic_title
@@ -59,18 +59,9 @@ def tidy_title(raw: str) -> str | None:
 def _first_exchange(rt: Runtime, session_id: str) -> tuple[list[str], str] | None:
     """The first user messages (of the first 20 rows) and the first reply."""
     with rt.store.read() as conn:
-        rows = conn.execute(
-            select(messages.c.role, messages.c.content)
-            .where(
-                messages.c.session_id == session_id,
-                messages.c.role.in_(("user", "assistant")),
-                messages.c.content.is_not(None),
-            )
-            .order_by(messages.c.id)
-            .limit(20)
-        ).all()
-    users = [without_mentions(str(r.content)) for r in rows if r.role == "user"]
-    reply = next((str(r.content) for r in rows if r.role == "assistant"), "")
+        rows = message_rows.first_exchange_rows(conn, session_id)
+    users = [without_mentions(content) for role, content in rows if role == "user"]
+    reply = next((content for role, content in rows if role == "assistant"), "")
     return (users, reply) if users else None
 
 

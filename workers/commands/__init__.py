@@ -7,7 +7,7 @@ merge below.
 from __future__ import annotations
 
 from shared.commands import Command
-from shared.store import inbox, leases, outbox
+from shared.pipeline import inbox, outbox, routes
 from workers.commands import agent, platform, session
 from workers.commands.base import Handler, answer_rows
 from workers.flush import deliver_now
@@ -27,7 +27,7 @@ def run_command(
     """Answer a command turn; the answer and the turn's status commit together, fenced."""
     now = rt.clock()
     with rt.store.write() as conn:
-        leases.check_route(conn, held.lease, now, rt.lease_ttl)
+        routes.check_route(conn, held.lease, now, rt.lease_ttl)
         handler = HANDLERS.get(command.name)
         if handler is None:
             reply = unknown_reply(command.name)

@@ -15,16 +15,16 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection
 
 from shared.commands import Command
 from shared.db.errors import AmbiguousSession, SessionNotFound
-from shared.db.schema import routes, sessions
 from shared.model import SessionRecord
-from shared.store import inbox, leases, lineage, outbox
+from shared.pipeline import inbox, outbox, routes
+from shared.store import lineage
 from shared.store import sessions as session_rows
-from shared.store.resume import holds_nothing, lineage_head, reopen_session
-from shared.store.visibility import Viewer, within
+from shared.store.resume import drop_if_empty, lineage_head, reopen_session
+from shared.store.visibility import Viewer, recent_sessions
 from shared.wording import plural
 from workers.agent.auxiliary import AuxiliaryUnavailable
 from workers.agent.client import Stopped
@@ -53,7 +53,7 @@ def _when(ts: float) -> str:
 def _answer(rt: Runtime, held: Held, turn: inbox.TurnRow, session_id: str, reply: str) -> None:
     now = rt.clock()
     with rt.store.write() as conn:
-        leases.check_route(conn, held.lease, now, rt.lease_ttl)
+        routes.check_route(conn, held.lease, now, rt.lease_ttl)
         answer_rows(conn, turn, session_id, reply, now)
 
 
@@ -72,7 +72,7 @@ def _compress(rt: Runtime, held: Held, turn: inbox.TurnRow, session_id: str) -> 
         return
     now = rt.clock()
     with rt.store.write() as conn:
-        leases.check_route(conn, held.lease, now, rt.lease_ttl)
+        routes.check_route(conn, held.lease, now, rt.lease_ttl)
         new = continue_session(conn, rt, session_id, summary, session_key=turn.session_key, now=now)
         if new is None:
             reply = "This session has already ended; nothing to compress."
@@ -114,13 +114,6 @@ def find_visible(conn: Connection, turn: inbox.TurnRow, ref: str) -> SessionReco
         return f"No session matches '{ref.strip()}'. /sessions lists yours."
 
 
-def _drop_if_unused(conn: Connection, session_id: str) -> None:
-    """The empty, untitled session made just to run this command is not kept."""
-    session = session_rows.get_session(conn, session_id)
-    if session is not None and holds_nothing(session):
-        conn.execute(delete(sessions).where(sessions.c.id == session_id))
-
-
 def _resume(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, args: str) -> str:
     if not args.strip():
         return "Usage: /resume <title, id or id prefix>. /sessions lists your sessions."
@@ -131,12 +124,8 @@ def _resume(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str,
     if target.id == session_id:
         return f"You are already in session {_name(target)}."
     reopen_session(conn, target.id)
-    conn.execute(
-        update(routes)
-        .where(routes.c.session_key == turn.session_key)
-        .values(session_id=target.id, pending_title=None, updated_at=rt.clock())
-    )
-    _drop_if_unused(conn, session_id)
+    routes.attach(conn, turn.session_key, target.id, rt.clock())
+    drop_if_empty(conn, session_id)
     count = session_rows.require_session(conn, target.id).message_count
     when = _when(target.last_active_at)
     return f"Resumed session {_name(target)}: {plural(count, 'message')}, last active {when}."
@@ -146,19 +135,11 @@ def _sessions(
     conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, args: str
 ) -> str:
     viewer = viewer_of(turn)
-    listed = [*within(viewer), sessions.c.message_count > 0]
-    rows = conn.execute(
-        select(sessions)
-        .where(*listed)
-        .order_by(sessions.c.last_active_at.desc(), sessions.c.id.desc())
-        .limit(LISTED)
-    ).all()
-    total = conn.execute(select(func.count()).select_from(sessions).where(*listed)).scalar_one()
-    if not rows:
+    records, total = recent_sessions(conn, viewer, LISTED)
+    if not records:
         return "No saved sessions yet."
     lines = [f"Your sessions (newest first, {min(total, LISTED)} of {total}):"]
-    for row in rows:
-        record = SessionRecord.from_row(row)
+    for record in records:
         mark = " ← current" if record.id == session_id else ""
         ended = f", ended ({record.end_reason})" if record.ended_at else ""
         title = record.title or "(untitled)"

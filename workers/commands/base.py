@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection
 
-from shared.store import inbox, outbox
-from shared.store.inbox import TurnRow
+from shared.pipeline import inbox, outbox
+from shared.pipeline.inbox import TurnRow
 from workers.runtime import Runtime
 
 # (connection inside the fenced write, runtime, the command's turn, session id, args) → reply.

@@ -12,15 +12,15 @@ continues the same session too, until /new or /reset).
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection
 
-from shared.db.schema import routes
+from shared.pipeline import outbox, routes
+from shared.pipeline.inbox import TurnRow
 from shared.platforms import CLI, gateway_platforms, registry
 from shared.platforms.descriptor import spoken_list
 from shared.session_key import derive_session_key
-from shared.store import chats, outbox
+from shared.store import chats
 from shared.store import sessions as session_rows
-from shared.store.inbox import TurnRow
 from shared.turns import InboundTurn
 from workers.commands.base import Handler
 from workers.commands.session import HELP
@@ -79,35 +79,6 @@ def home_key(rt: Runtime, home: chats.HomeChannel) -> str | None:
     ).key
 
 
-def _bind(
-    conn: Connection, rt: Runtime, home: chats.HomeChannel, key: str, session_id: str
-) -> None:
-    """Point the home channel's route (`key`) at `session_id`, creating the route if new."""
-    now = rt.clock()
-    found = conn.execute(select(routes.c.session_key).where(routes.c.session_key == key)).first()
-    if found is None:
-        conn.execute(
-            insert(routes).values(
-                session_key=key,
-                session_id=session_id,
-                platform=home.platform,
-                chat_id=home.chat_id,
-                chat_type=home.chat_type,
-                thread_id=home.thread_id,
-                user_id=home.user_id,
-                next_seq=0,
-                created_at=now,
-                updated_at=now,
-            )
-        )
-    else:
-        conn.execute(
-            update(routes)
-            .where(routes.c.session_key == key)
-            .values(session_id=session_id, pending_title=None, updated_at=now)
-        )
-
-
 def _handoff(conn: Connection, rt: Runtime, turn: TurnRow, session_id: str, args: str) -> str:
     target = args.strip().lower()
     if not target:
@@ -132,7 +103,8 @@ def _handoff(conn: Connection, rt: Runtime, turn: TurnRow, session_id: str, args
             f"The {target} home channel comes from the settings; send /sethome in it once so "
             "hand-offs know its conversation."
         )
-    _bind(conn, rt, home, key, session_id)
+    place = routes.Place(home.platform, home.chat_id, home.chat_type, home.thread_id, home.user_id)
+    routes.bind_route(conn, key, session_id, place, rt.clock())
     session = session_rows.require_session(conn, session_id)
     name = f"'{session.title}'" if session.title else session_id
     outbox.add(

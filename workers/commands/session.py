@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection
 
 from shared.db.errors import TitleInUse
-from shared.db.schema import inbox as inbox_table
-from shared.db.schema import routes
-from shared.store import inbox
+from shared.pipeline import inbox, routes
 from shared.store import sessions as session_rows
 from shared.store.resume import close_session
 from shared.titles import TitleError, TitleSource, validate_title
@@ -32,14 +30,7 @@ def _help(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, a
 
 
 def _stop(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, args: str) -> str:
-    cancelled = conn.execute(
-        select(inbox_table.c.id).where(
-            inbox_table.c.session_key == turn.session_key,
-            inbox_table.c.status == inbox.CANCELLED,
-            inbox_table.c.seq < turn.seq,
-            inbox_table.c.finished_at >= turn.received_at,
-        )
-    ).first()
+    cancelled = inbox.cancelled_before(conn, turn.session_key, turn.seq, turn.received_at)
     return "Stopped the reply in progress." if cancelled else "Nothing was running to stop."
 
 
@@ -54,11 +45,7 @@ def _end_and_detach(
     """End the session (deleted instead if it holds nothing: only commands ran in it) and
     detach the route, so the next message starts a new one."""
     close_session(conn, session_id, reason, rt.clock())
-    conn.execute(
-        update(routes)
-        .where(routes.c.session_key == turn.session_key)
-        .values(session_id=None, pending_title=pending_title, updated_at=rt.clock())
-    )
+    routes.detach(conn, turn.session_key, rt.clock(), pending_title=pending_title)
 
 
 def _new(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, args: str) -> str:

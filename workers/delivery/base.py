@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from shared.pipeline.outbox import OutboxRow
 from shared.settings import Settings
-from shared.store.outbox import OutboxRow
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Limiter
 

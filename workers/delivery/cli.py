@@ -8,7 +8,7 @@ import queue
 import threading
 from typing import Any
 
-from shared.store.outbox import OutboxRow
+from shared.pipeline.outbox import OutboxRow
 from workers.delivery.base import Sent
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
+from shared.pipeline.outbox import OutboxRow
 from shared.platforms.discord import PLATFORM, DiscordSettings
-from shared.store.outbox import OutboxRow
 from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
 from workers.delivery.progress import Progress, namespace
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key

@@ -9,13 +9,13 @@ from functools import partial
 from typing import Any
 
 from shared.db.engine import connect
+from shared.pipeline.outbox import OutboxRow
 from shared.platforms import registry
 from shared.platforms.descriptor import load
 from shared.redact import install_redaction, secrets_of
 from shared.sdks import SENDER, configured_platforms, missing_sdk
 from shared.settings import Settings
 from shared.store import chats
-from shared.store.outbox import OutboxRow
 from workers.delivery.base import Sender, SenderDeps, Sent
 from workers.delivery.cli import CliSender
 from workers.delivery.progress import LocalProgress, Progress, RedisProgress

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.pipeline.outbox import OutboxRow
 from shared.platforms.slack import PLATFORM, SlackSettings
-from shared.store.outbox import OutboxRow
 from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key

@@ -25,8 +25,8 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
+from shared.pipeline.outbox import OutboxRow
 from shared.platforms.telegram import PLATFORM, TelegramSettings
-from shared.store.outbox import OutboxRow
 from workers.delivery.aioloop import LoopThread
 from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
 from workers.delivery.progress import Progress

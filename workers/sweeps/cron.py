@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from shared.store import cron
+from shared.pipeline import cron
 from workers.runtime import Runtime
 
 log = logging.getLogger(__name__)

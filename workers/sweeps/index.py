@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from shared.store import leases
+from shared.pipeline import leases
 from shared.store import reclaim as reclaim_store
 from workers.runtime import Runtime
 from workers.sweeps.prune import LEASE, LEASE_TTL, lease_guard

@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 
 from shared.db import meta
 from shared.maintenance import PRUNE_LAST_RUN, prune_due
-from shared.store import leases
+from shared.pipeline import leases
 from shared.store import reclaim as reclaim_store
 from workers.runtime import Runtime
 

@@ -19,9 +19,9 @@ from shared.maintenance import (
     effective_policy,
     reset_reason,
 )
+from shared.pipeline import outbox
 from shared.settings import ResetOverrideSettings, SessionResetSettings
 from shared.store import housekeeping as hk
-from shared.store import outbox
 from shared.wording import plural
 from workers.flush import deliver_now
 from workers.runtime import Runtime

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.db import Store
+from shared.pipeline.inbox import TurnRow
 from shared.ports import Clock
-from shared.store.inbox import TurnRow
 from shared.store.memory import MemoryOp
 
 log = logging.getLogger(__name__)

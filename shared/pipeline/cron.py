@@ -11,9 +11,9 @@ from sqlalchemy.exc import IntegrityError
 
 from shared.db.schema import cron_jobs, cron_runs
 from shared.maintenance import due_cron_slot, next_slot, validate_cron
+from shared.pipeline import inbox
 from shared.platforms import CRON, DM
 from shared.session_key import derive_session_key
-from shared.store import inbox
 from shared.turns import InboundTurn
 
 

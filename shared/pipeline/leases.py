@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, bindparam, case, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
 from shared.db.prepared import Prepared
-from shared.db.schema import leases, routes
+from shared.db.schema import leases
 
 
 class LeaseLost(RuntimeError):
@@ -28,37 +28,6 @@ class Lease:
 
 # Statements are built once (values bound at execute) and run on the driver's cursor
 # (prepared.py): these run several times per turn, inside the write lock.
-
-# Nobody holds the key's lease at `b_now` (never taken, let go, or expired).
-ROUTE_FREE = or_(routes.c.lease_holder.is_(None), routes.c.lease_expires_at <= bindparam("b_now"))
-_ACQUIRE_ROUTE = Prepared(
-    update(routes)
-    .where(routes.c.session_key == bindparam("b_key"), ROUTE_FREE)
-    .values(
-        lease_holder=bindparam("b_holder"),
-        lease_expires_at=bindparam("b_expires"),
-        fence=routes.c.fence + 1,
-        wake_sent_at=None,  # the wake-up on its way (if any) is taken: see inbox.py
-    )
-    .returning(routes.c.fence)
-)
-# A renewal racing the release (the renewer snapshots held leases, then waits for the write
-# lock) must not give a released lease an expiry: redrive would think it live.
-_CHECK_ROUTE = Prepared(
-    update(routes)
-    .where(routes.c.session_key == bindparam("b_key"), routes.c.fence == bindparam("b_fence"))
-    .values(
-        lease_expires_at=case((routes.c.lease_holder.is_(None), None), else_=bindparam("b_expires"))
-    )
-)
-_RELEASE_ROUTE = Prepared(
-    update(routes)
-    .where(routes.c.session_key == bindparam("b_key"), routes.c.fence == bindparam("b_fence"))
-    .values(lease_holder=None, lease_expires_at=None, wake_sent_at=None)
-)
-_STOP_REQUESTED = select(routes.c.stop_requested_at).where(
-    routes.c.session_key == bindparam("b_key")
-)
 
 _ACQUIRE_NAMED_STATEMENT = (
     update(leases)
@@ -109,32 +78,7 @@ _LIVE_NAMED = select(leases.c.name).where(
 )
 
 
-# --- session-key leases (on the routes row) ---
-
-
-def acquire_route(conn: Connection, key: str, holder: str, now: float, ttl: float) -> Lease | None:
-    fence = _ACQUIRE_ROUTE.scalar(
-        conn, {"b_key": key, "b_now": now, "b_holder": holder, "b_expires": now + ttl}
-    )
-    return Lease(key, holder, int(fence)) if fence is not None else None
-
-
-def check_route(conn: Connection, lease: Lease, now: float, ttl: float) -> None:
-    """Extend the lease if the fence is still ours, else raise LeaseLost (call inside writes)."""
-    changed = _CHECK_ROUTE.rowcount(
-        conn, {"b_key": lease.name, "b_fence": lease.fence, "b_expires": now + ttl}
-    )
-    if changed != 1:
-        raise LeaseLost(f"lease on {lease.name} moved past fence {lease.fence}")
-
-
-def release_route(conn: Connection, lease: Lease) -> None:
-    _RELEASE_ROUTE.rowcount(conn, {"b_key": lease.name, "b_fence": lease.fence})
-
-
-def stop_requested_at(conn: Connection, key: str) -> float | None:
-    value = conn.execute(_STOP_REQUESTED, {"b_key": key}).scalar()
-    return float(value) if value is not None else None
+# The session-key lease lives on the routes row: see routes.acquire_route.
 
 
 # --- named leases (delivery lanes, singletons) ---

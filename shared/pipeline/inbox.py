@@ -11,7 +11,6 @@ from sqlalchemy import (
     Row,
     and_,
     bindparam,
-    case,
     func,
     insert,
     literal_column,
@@ -21,9 +20,10 @@ from sqlalchemy import (
 )
 
 from shared.db.prepared import Prepared
-from shared.db.schema import inbox, routes
+from shared.db.schema import inbox
+from shared.db.schema import routes as routes_table
+from shared.pipeline import routes
 from shared.session_key import SessionKey
-from shared.store.leases import ROUTE_FREE
 from shared.turns import InboundTurn
 
 WAITING = "waiting"
@@ -97,42 +97,6 @@ _FIND_EVENT = Prepared(
         inbox.c.platform == bindparam("b_platform"), inbox.c.event_id == bindparam("b_event")
     )
 )
-# The arrival counter's bump also tells whether a drain holds the key right now.
-_BUMP = (
-    update(routes)
-    .where(routes.c.session_key == bindparam("b_key"))
-    .values(next_seq=routes.c.next_seq + 1, updated_at=bindparam("b_now"))
-)
-_BUMP_SEQ = Prepared(
-    _BUMP.returning(routes.c.next_seq, routes.c.lease_holder, routes.c.lease_expires_at)
-)
-# The same, for a producer that will send the wake-up: it claims the sending (marks the key
-# with this arrival's seq and time) unless a drain holds the lease or an earlier wake-up is
-# still on its way. A wake-up is taken when a drain takes or lets go of the lease (leases.py
-# clears the mark); one that was lost (the broker forgot it, its worker died) is trusted only
-# for WAKE_PENDING_SECONDS, and redrive finds the turns meanwhile.
-WAKE_PENDING_SECONDS = 30.0
-_STALE = or_(routes.c.wake_sent_at.is_(None), routes.c.wake_sent_at <= bindparam("b_stale_before"))
-_CLAIM = and_(ROUTE_FREE, _STALE)
-_BUMP_SEQ_AND_CLAIM_WAKE = Prepared(
-    _BUMP.values(
-        wake_sent_at=case((_CLAIM, bindparam("b_now")), else_=routes.c.wake_sent_at),
-        wake_seq=case((_CLAIM, routes.c.next_seq + 1), else_=routes.c.wake_seq),
-    ).returning(
-        routes.c.next_seq,
-        routes.c.lease_holder,
-        routes.c.lease_expires_at,
-        routes.c.wake_sent_at,
-        routes.c.wake_seq,
-    )
-)
-_FORGET_WAKE = Prepared(
-    update(routes)
-    .where(routes.c.session_key == bindparam("b_key"))
-    .where(routes.c.wake_seq == bindparam("b_seq"))
-    .values(wake_sent_at=None)
-)
-_INSERT_ROUTE = insert(routes)
 _TURN_COLUMNS = (
     "platform",
     "event_id",
@@ -194,49 +158,6 @@ def find_event(conn: Connection, platform: str, event_id: str) -> Recorded | Non
     return Recorded(row["id"], row["session_key"], row["seq"], duplicate=True)
 
 
-@dataclass(frozen=True, slots=True)
-class _Arrival:
-    seq: int
-    held: bool  # a drain holds the key's lease
-    wake_pending: bool  # an earlier wake-up is still on its way
-
-
-def _next_seq(
-    conn: Connection, turn: InboundTurn, key: str, now: float, *, claim_wake: bool
-) -> _Arrival:
-    """Bump the key's arrival counter (creating its route row); the row lock orders arrivals.
-    Also says whether a drain holds the key's lease at this moment, and with `claim_wake`
-    whether a wake-up is already on its way (else marks the one the caller will send)."""
-    if claim_wake:
-        params = {"b_key": key, "b_now": now, "b_stale_before": now - WAKE_PENDING_SECONDS}
-        route = _BUMP_SEQ_AND_CLAIM_WAKE.first(conn, params)
-    else:
-        route = _BUMP_SEQ.first(conn, {"b_key": key, "b_now": now})
-    if route is not None:
-        expires = route["lease_expires_at"]
-        held = route["lease_holder"] is not None and expires is not None and expires > now
-        seq = int(route["next_seq"])
-        pending = claim_wake and not held and route["wake_sent_at"] is not None
-        return _Arrival(seq, held, pending and route["wake_seq"] != seq)
-    conn.execute(
-        _INSERT_ROUTE,
-        {
-            "session_key": key,
-            "platform": turn.platform,
-            "chat_id": turn.chat_id,
-            "chat_type": turn.chat_type,
-            "thread_id": turn.thread_id,
-            "user_id": turn.user_id,
-            "next_seq": 1,
-            "wake_sent_at": now if claim_wake else None,
-            "wake_seq": 1 if claim_wake else None,
-            "created_at": now,
-            "updated_at": now,
-        },
-    )
-    return _Arrival(1, held=False, wake_pending=False)
-
-
 def record_turn(
     conn: Connection,
     turn: InboundTurn,
@@ -253,7 +174,8 @@ def record_turn(
     seen = find_event(conn, turn.platform, turn.event_id)
     if seen is not None:
         return seen
-    arrival = _next_seq(conn, turn, key.key, now, claim_wake=claim_wake)
+    place = routes.Place(turn.platform, turn.chat_id, turn.chat_type, turn.thread_id, turn.user_id)
+    arrival = routes.bump_arrival(conn, key.key, place, now, claim_wake=claim_wake)
     turn_id = _INSERT_TURN.scalar(
         conn,
         {
@@ -285,17 +207,18 @@ def record_turn(
     )
 
 
-def forget_wake(conn: Connection, key: str, seq: int) -> None:
-    """The wake-up claimed by arrival `seq` could not be sent: let the next turn send one."""
-    _FORGET_WAKE.rowcount(conn, {"b_key": key, "b_seq": seq})
-
-
-def request_stop(conn: Connection, key: str, now: float) -> bool:
-    """Ask the worker running `key`'s current turn to stop at its next model step."""
-    result = conn.execute(
-        update(routes).where(routes.c.session_key == key).values(stop_requested_at=now)
-    )
-    return result.rowcount > 0
+def cancelled_before(conn: Connection, key: str, seq: int, since: float) -> bool:
+    """Whether a turn of `key` older than `seq` was cancelled at or after `since` (a /stop
+    that arrived at `since` found it running)."""
+    found = conn.execute(
+        select(inbox.c.id).where(
+            inbox.c.session_key == key,
+            inbox.c.status == CANCELLED,
+            inbox.c.seq < seq,
+            inbox.c.finished_at >= since,
+        )
+    ).first()
+    return found is not None
 
 
 def next_open_turn(conn: Connection, key: str) -> TurnRow | None:
@@ -328,11 +251,11 @@ def keys_needing_wake(conn: Connection, now: float, limit: int = 1000) -> list[s
     """Keys with open turns that are due and no live lease: their wake-up was lost."""
     query = (
         select(inbox.c.session_key)
-        .join(routes, routes.c.session_key == inbox.c.session_key)
+        .join(routes_table, routes_table.c.session_key == inbox.c.session_key)
         .where(
             inbox.c.status.in_(OPEN_STATUSES),
             or_(inbox.c.not_before.is_(None), inbox.c.not_before <= now),
-            or_(routes.c.lease_expires_at.is_(None), routes.c.lease_expires_at <= now),
+            or_(routes_table.c.lease_expires_at.is_(None), routes_table.c.lease_expires_at <= now),
         )
         .group_by(inbox.c.session_key)
         .order_by(func.min(inbox.c.received_at))
@@ -367,7 +290,7 @@ def summary(conn: Connection, now: float) -> InboxSummary:
     ).scalar()
     held = conn.execute(
         select(func.count()).where(
-            and_(routes.c.lease_holder.is_not(None), routes.c.lease_expires_at > now)
+            and_(routes_table.c.lease_holder.is_not(None), routes_table.c.lease_expires_at > now)
         )
     ).scalar_one()
     return InboxSummary(

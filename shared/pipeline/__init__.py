@@ -1,0 +1,1 @@
+"""The tables the turn pipeline owns: inbox, routes, leases, outbox, cron."""

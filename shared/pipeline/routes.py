@@ -1,0 +1,327 @@
+"""The routes table's one owner: session key → session, arrival counter, lease, fence, wake claim.
+
+Every write to `routes` is a function here; callers never build SQL against it. A route row is
+made by a key's first arrival (`bump_arrival`) or by binding a session to it (`bind_route`).
+Its lease (holder, expiry, a fence that only grows) is a drain's right to run the key's turns;
+see `leases` for the fencing rule and the named leases of delivery lanes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, and_, bindparam, case, insert, or_, select, update
+
+from shared.db.prepared import Prepared
+from shared.db.schema import routes, sessions
+from shared.pipeline.leases import Lease, LeaseLost
+
+# Statements are built once (values bound at execute) and run on the driver's cursor
+# (prepared.py): these run several times per turn, inside the write lock.
+
+# --- the key's lease ---
+
+# Nobody holds the key's lease at `b_now` (never taken, let go, or expired).
+ROUTE_FREE = or_(routes.c.lease_holder.is_(None), routes.c.lease_expires_at <= bindparam("b_now"))
+_ACQUIRE = Prepared(
+    update(routes)
+    .where(routes.c.session_key == bindparam("b_key"), ROUTE_FREE)
+    .values(
+        lease_holder=bindparam("b_holder"),
+        lease_expires_at=bindparam("b_expires"),
+        fence=routes.c.fence + 1,
+        wake_sent_at=None,  # the wake-up on its way (if any) is taken: see bump_arrival
+    )
+    .returning(routes.c.fence)
+)
+# A renewal racing the release (the renewer snapshots held leases, then waits for the write
+# lock) must not give a released lease an expiry: redrive would think it live.
+_CHECK = Prepared(
+    update(routes)
+    .where(routes.c.session_key == bindparam("b_key"), routes.c.fence == bindparam("b_fence"))
+    .values(
+        lease_expires_at=case((routes.c.lease_holder.is_(None), None), else_=bindparam("b_expires"))
+    )
+)
+_RELEASE = Prepared(
+    update(routes)
+    .where(routes.c.session_key == bindparam("b_key"), routes.c.fence == bindparam("b_fence"))
+    .values(lease_holder=None, lease_expires_at=None, wake_sent_at=None)
+)
+_STOP_REQUESTED = select(routes.c.stop_requested_at).where(
+    routes.c.session_key == bindparam("b_key")
+)
+
+
+def acquire_route(conn: Connection, key: str, holder: str, now: float, ttl: float) -> Lease | None:
+    fence = _ACQUIRE.scalar(
+        conn, {"b_key": key, "b_now": now, "b_holder": holder, "b_expires": now + ttl}
+    )
+    return Lease(key, holder, int(fence)) if fence is not None else None
+
+
+def check_route(conn: Connection, lease: Lease, now: float, ttl: float) -> None:
+    """Extend the lease if the fence is still ours, else raise LeaseLost (call inside writes)."""
+    changed = _CHECK.rowcount(
+        conn, {"b_key": lease.name, "b_fence": lease.fence, "b_expires": now + ttl}
+    )
+    if changed != 1:
+        raise LeaseLost(f"lease on {lease.name} moved past fence {lease.fence}")
+
+
+def release_route(conn: Connection, lease: Lease) -> None:
+    _RELEASE.rowcount(conn, {"b_key": lease.name, "b_fence": lease.fence})
+
+
+def request_stop(conn: Connection, key: str, now: float) -> bool:
+    """Ask the worker running `key`'s current turn to stop at its next model step."""
+    result = conn.execute(
+        update(routes).where(routes.c.session_key == key).values(stop_requested_at=now)
+    )
+    return result.rowcount > 0
+
+
+def stop_requested_at(conn: Connection, key: str) -> float | None:
+    value = conn.execute(_STOP_REQUESTED, {"b_key": key}).scalar()
+    return float(value) if value is not None else None
+
+
+# --- arrivals and wake-up claims ---
+
+# The arrival counter's bump also tells whether a drain holds the key right now.
+_BUMP = (
+    update(routes)
+    .where(routes.c.session_key == bindparam("b_key"))
+    .values(next_seq=routes.c.next_seq + 1, updated_at=bindparam("b_now"))
+)
+_BUMP_SEQ = Prepared(
+    _BUMP.returning(routes.c.next_seq, routes.c.lease_holder, routes.c.lease_expires_at)
+)
+# The same, for a producer that will send the wake-up: it claims the sending (marks the key
+# with this arrival's seq and time) unless a drain holds the lease or an earlier wake-up is
+# still on its way. A wake-up is taken when a drain takes or lets go of the lease (which
+# clears the mark); one that was lost (the broker forgot it, its worker died) is trusted only
+# for WAKE_PENDING_SECONDS, and redrive finds the turns meanwhile.
+WAKE_PENDING_SECONDS = 30.0
+_STALE = or_(routes.c.wake_sent_at.is_(None), routes.c.wake_sent_at <= bindparam("b_stale_before"))
+_CLAIM = and_(ROUTE_FREE, _STALE)
+_BUMP_SEQ_AND_CLAIM_WAKE = Prepared(
+    _BUMP.values(
+        wake_sent_at=case((_CLAIM, bindparam("b_now")), else_=routes.c.wake_sent_at),
+        wake_seq=case((_CLAIM, routes.c.next_seq + 1), else_=routes.c.wake_seq),
+    ).returning(
+        routes.c.next_seq,
+        routes.c.lease_holder,
+        routes.c.lease_expires_at,
+        routes.c.wake_sent_at,
+        routes.c.wake_seq,
+    )
+)
+_FORGET_WAKE = Prepared(
+    update(routes)
+    .where(routes.c.session_key == bindparam("b_key"))
+    .where(routes.c.wake_seq == bindparam("b_seq"))
+    .values(wake_sent_at=None)
+)
+_INSERT = insert(routes)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    seq: int
+    held: bool  # a drain holds the key's lease
+    wake_pending: bool  # an earlier wake-up is still on its way
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a route's turns come from and its replies go."""
+
+    platform: str
+    chat_id: str
+    chat_type: str
+    thread_id: str | None = None
+    user_id: str | None = None
+
+
+def bump_arrival(
+    conn: Connection, key: str, place: Place, now: float, *, claim_wake: bool
+) -> Arrival:
+    """Bump the key's arrival counter (creating its route row); the row lock orders arrivals.
+    Also says whether a drain holds the key's lease at this moment, and with `claim_wake`
+    whether a wake-up is already on its way (else marks the one the caller will send)."""
+    if claim_wake:
+        params = {"b_key": key, "b_now": now, "b_stale_before": now - WAKE_PENDING_SECONDS}
+        route = _BUMP_SEQ_AND_CLAIM_WAKE.first(conn, params)
+    else:
+        route = _BUMP_SEQ.first(conn, {"b_key": key, "b_now": now})
+    if route is not None:
+        expires = route["lease_expires_at"]
+        held = route["lease_holder"] is not None and expires is not None and expires > now
+        seq = int(route["next_seq"])
+        pending = claim_wake and not held and route["wake_sent_at"] is not None
+        return Arrival(seq, held, pending and route["wake_seq"] != seq)
+    conn.execute(
+        _INSERT,
+        {
+            "session_key": key,
+            "platform": place.platform,
+            "chat_id": place.chat_id,
+            "chat_type": place.chat_type,
+            "thread_id": place.thread_id,
+            "user_id": place.user_id,
+            "next_seq": 1,
+            "wake_sent_at": now if claim_wake else None,
+            "wake_seq": 1 if claim_wake else None,
+            "created_at": now,
+            "updated_at": now,
+        },
+    )
+    return Arrival(1, held=False, wake_pending=False)
+
+
+def forget_wake(conn: Connection, key: str, seq: int) -> None:
+    """The wake-up claimed by arrival `seq` could not be sent: let the next turn send one."""
+    _FORGET_WAKE.rowcount(conn, {"b_key": key, "b_seq": seq})
+
+
+# --- the session a route points at ---
+
+_SESSION_STATE = Prepared(
+    select(
+        routes.c.pending_title,
+        sessions.c.id.label("live_id"),
+        sessions.c.ended_at,
+        sessions.c.end_reason,
+    )
+    .select_from(routes.outerjoin(sessions, sessions.c.id == routes.c.session_id))
+    .where(routes.c.session_key == bindparam("b_key"))
+)
+_ATTACH = Prepared(
+    update(routes)
+    .where(routes.c.session_key == bindparam("b_key"))
+    .values(session_id=bindparam("b_session"), pending_title=None, updated_at=bindparam("b_now"))
+)
+
+
+def session_state(conn: Connection, key: str) -> Any:
+    """The route's pending title and its session's id, end and end reason (a mapping; the
+    session's fields are None when the route points at none), or None for an unknown key."""
+    return _SESSION_STATE.first(conn, {"b_key": key})
+
+
+def route_session_id(conn: Connection, key: str) -> str | None:
+    """The session a route currently points at (None before its first turn or after /new)."""
+    value = conn.execute(select(routes.c.session_id).where(routes.c.session_key == key)).scalar()
+    return str(value) if value is not None else None
+
+
+def attach(conn: Connection, key: str, session_id: str, now: float) -> None:
+    """Point the existing route `key` at `session_id` (a pending title is used up)."""
+    _ATTACH.rowcount(conn, {"b_key": key, "b_session": session_id, "b_now": now})
+
+
+def detach(conn: Connection, key: str, now: float, *, pending_title: str | None = None) -> None:
+    """Point the route at no session, so its next turn starts one (titled `pending_title`)."""
+    conn.execute(
+        update(routes)
+        .where(routes.c.session_key == key)
+        .values(session_id=None, pending_title=pending_title, updated_at=now)
+    )
+
+
+def detach_session(conn: Connection, key: str, session_id: str, now: float) -> None:
+    """Detach the route from `session_id` if it still points there."""
+    conn.execute(
+        update(routes)
+        .where(routes.c.session_key == key)
+        .where(routes.c.session_id == session_id)
+        .values(session_id=None, updated_at=now)
+    )
+
+
+def move_session(conn: Connection, key: str, old_id: str, new_id: str, now: float) -> None:
+    """A continuation replaces `old_id` on the route, if it still points there."""
+    conn.execute(
+        update(routes)
+        .where(routes.c.session_key == key, routes.c.session_id == old_id)
+        .values(session_id=new_id, updated_at=now)
+    )
+
+
+def bind_route(conn: Connection, key: str, session_id: str, place: Place, now: float) -> None:
+    """Point the route `key` at `session_id`, creating the route if it has never had a turn."""
+    done = conn.execute(
+        update(routes)
+        .where(routes.c.session_key == key)
+        .values(session_id=session_id, pending_title=None, updated_at=now)
+    )
+    if done.rowcount:
+        return
+    _insert_bound(conn, key, session_id, place, now)
+
+
+def _insert_bound(
+    conn: Connection, key: str, session_id: str | None, place: Place, now: float
+) -> None:
+    conn.execute(
+        insert(routes).values(
+            session_key=key,
+            session_id=session_id,
+            platform=place.platform,
+            chat_id=place.chat_id,
+            chat_type=place.chat_type,
+            thread_id=place.thread_id,
+            user_id=place.user_id,
+            next_seq=0,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+
+
+# --- a chat that changed its id (Telegram's group → supergroup) ---
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRoute:
+    session_key: str
+    session_id: str | None
+    chat_type: str
+    thread_id: str | None
+    user_id: str | None
+
+
+def routes_of_chat(conn: Connection, platform: str, chat_id: str) -> list[ChatRoute]:
+    rows = conn.execute(
+        select(routes).where(routes.c.platform == platform, routes.c.chat_id == chat_id)
+    ).all()
+    return [
+        ChatRoute(row.session_key, row.session_id, row.chat_type, row.thread_id, row.user_id)
+        for row in rows
+    ]
+
+
+def move_to_chat(
+    conn: Connection, route: ChatRoute, platform: str, new_chat: str, new_key: str, now: float
+) -> None:
+    """Give the route's session to `new_key` (made if missing, or taken if it has none) and
+    point the old route at the new chat id."""
+    existing = conn.execute(
+        select(routes.c.session_id).where(routes.c.session_key == new_key)
+    ).first()
+    if existing is None:
+        place = Place(platform, new_chat, route.chat_type, route.thread_id, route.user_id)
+        _insert_bound(conn, new_key, route.session_id, place, now)
+    elif existing.session_id is None and route.session_id is not None:
+        conn.execute(
+            update(routes)
+            .where(routes.c.session_key == new_key)
+            .values(session_id=route.session_id, updated_at=now)
+        )
+    conn.execute(
+        update(routes)
+        .where(routes.c.session_key == route.session_key)
+        .values(chat_id=new_chat, updated_at=now)
+    )
