@@ -14,10 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from sqlalchemy import Connection
-
 from shared.commands import Command, parse_command
-from shared.db import Store
+from shared.db import Connection, Store
 from shared.pipeline import inbox, routes
 from shared.ports import Clock, Waker
 from shared.session_key import SessionKey, derive_session_key

@@ -7,8 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import Row
-
 
 @dataclass(frozen=True, slots=True)
 class SessionRecord:
@@ -34,7 +32,7 @@ class SessionRecord:
     output_tokens: int = 0
 
     @classmethod
-    def from_row(cls, row: Row[Any]) -> SessionRecord:
+    def from_row(cls, row: Any) -> SessionRecord:
         return cls.from_mapping(row._mapping)
 
     @classmethod
@@ -59,7 +57,7 @@ class MessageRecord:
     platform_message_id: str | None = None
 
     @classmethod
-    def from_row(cls, row: Row[Any]) -> MessageRecord:
+    def from_row(cls, row: Any) -> MessageRecord:
         return cls.from_mapping(row._mapping)
 
     @classmethod

@@ -20,9 +20,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
-
 from shared.commands import parse_command
+from shared.db import Connection
 from shared.db.errors import TitleInUse
 from shared.ids import CLI_HEX, looks_like_session_id
 from shared.model import MessageRecord, SessionRecord

@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from sqlalchemy import Connection
-
+from shared.db import Connection
 from shared.pipeline import leases, outbox
 from workers.delivery.base import RetryLater, Undeliverable
 from workers.delivery.registry import UnknownPlatform

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from sqlalchemy.exc import DatabaseError
 
 from producers.cli.app import EXPECTED_ERRORS, USER_ERRORS, App
 from producers.cli.chat_options import continue_option, resume_option
@@ -12,6 +11,7 @@ from producers.cli.plugins import PluginGroup
 from producers.cli.search import search
 from producers.cli.sessions import sessions
 from shared import __version__
+from shared.db import DatabaseError
 from shared.db.errors import plainly
 
 # Loaded when named: the chat alone costs a third of start-up (stack, Celery client, Rich live).

@@ -6,13 +6,12 @@ from __future__ import annotations
 import time
 
 import click
-from sqlalchemy import exc
 
 from producers.cli.app import App, pass_app
 from producers.cli.guard import store_command
 from producers.cli.render import confirm, human_bytes, local_date, progress_bar
 from producers.cli.space import ReclaimError, reclaim
-from shared.db import Store
+from shared.db import OperationalError, Store
 from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
 from shared.wording import plural
@@ -113,7 +112,7 @@ def _merge(store: Store, pacing: reclaim_store.Pacing, *, full: bool) -> None:
         merged = reclaim_store.merge_indexes(
             store, pacing=pacing, sleep=time.sleep, full=full, hold=not full
         )
-    except exc.OperationalError as error:
+    except OperationalError as error:
         click.echo(f"Could not merge the search index now ({error.orig}); searches stay slower.")
         return
     if full and merged.steps:

@@ -7,9 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import exc
-
-from shared.db import Store, sqlite
+from shared.db import OperationalError, Store, sqlite
 from shared.store import reclaim as reclaim_store
 
 FULL_VACUUM_WARNING = (
@@ -52,7 +50,7 @@ def reclaim(
     if reclaim_store.incremental(store):
         try:
             reclaim_store.reclaim_space(store, pacing=pacing, sleep=sleep)
-        except exc.OperationalError as error:
+        except OperationalError as error:
             raise ReclaimError(str(error.orig)) from None
         reclaim_store.truncate_wal(store)
     else:

@@ -13,8 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Connection
-
+from shared.db import Connection
 from shared.ids import new_session_id
 from shared.model import SessionRecord
 from shared.pipeline import routes

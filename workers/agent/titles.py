@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 import re
 
-from sqlalchemy import Connection
-
+from shared.db import Connection
 from shared.db.errors import TitleInUse
 from shared.mentions import without_mentions
 from shared.store import lineage, usage

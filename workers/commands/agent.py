@@ -15,9 +15,8 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection
-
 from shared.commands import Command
+from shared.db import Connection
 from shared.db.errors import AmbiguousSession, SessionNotFound
 from shared.model import SessionRecord
 from shared.pipeline import inbox, outbox, routes

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Connection
-
+from shared.db import Connection
 from shared.pipeline import inbox, outbox
 from shared.pipeline.inbox import TurnRow
 from workers.runtime import Runtime

@@ -12,8 +12,7 @@ continues the same session too, until /new or /reset).
 
 from __future__ import annotations
 
-from sqlalchemy import Connection
-
+from shared.db import Connection
 from shared.pipeline import outbox, routes
 from shared.pipeline.inbox import TurnRow
 from shared.platforms import CLI, gateway_platforms, registry

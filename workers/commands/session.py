@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection
-
+from shared.db import Connection
 from shared.db.errors import TitleInUse
 from shared.pipeline import inbox, routes
 from shared.store import sessions as session_rows

@@ -13,9 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import Connection
-
-from shared.db import meta
+from shared.db import Connection, meta
 from shared.maintenance import PRUNE_LAST_RUN, prune_due
 from shared.pipeline import leases
 from shared.store import reclaim as reclaim_store

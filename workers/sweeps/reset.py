@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection
-
+from shared.db import Connection
 from shared.maintenance import (
     ResetOverride,
     ResetPolicy,

@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 from celery import Celery
-from sqlalchemy.exc import OperationalError
 
+from shared.db import OperationalError
 from shared.tasknames import DELIVER
 from workers.flush import flush
 from workers.runtime import RuntimeHolder

@@ -10,8 +10,8 @@ import logging
 from typing import Any
 
 from celery import Celery
-from sqlalchemy.exc import OperationalError
 
+from shared.db import OperationalError
 from shared.tasknames import CRON_TICK, INDEX_MERGE, PRUNE, RESET_SWEEP, TITLE_SWEEP
 from workers.runtime import RuntimeHolder
 from workers.sweeps import cron, index, prune, reset, titles
