@@ -2,7 +2,7 @@
 
 Word tokenizers keep a run of such characters as one token, so text in them is searched by
 substring instead. The query router uses these ranges; the store's trigram index takes a
-superset of them (see `shared.store.sqlite_search_ddl`, checked against every code point).
+superset of them (see `shared.search.sqlite.ddl`, checked against every code point).
 """
 
 from __future__ import annotations

@@ -233,7 +233,7 @@ def wal_checkpoint(dbapi_conn: sqlite3.Connection, mode: str = "PASSIVE") -> tup
 
 
 # The FTS5 indexes of state.db: words (`messages_fts`, revision 0001) and substrings
-# (`messages_cjk`, revision 0003; see sqlite_search_ddl).
+# (`messages_cjk`, revision 0003; see shared.search.sqlite.ddl).
 FTS_INDEXES = ("messages_fts", "messages_cjk")
 # An FTS5 index keeps its list of segments in one record of its `_data` table (rowid 10): a
 # 4-byte cookie, in the V2 format a 4-byte marker, then varints: levels, segments, ...

@@ -43,7 +43,7 @@ class Hit:
 
 
 class SearchBackend(Protocol):
-    """What a dialect provides. SQLite: `shared.store.sqlite_search`; PostgreSQL (tsvector for
+    """What a dialect provides. SQLite: `shared.search.sqlite.backend`; PostgreSQL (tsvector for
     words, pg_trgm for substrings) would be a module with the same functions. Everything else in
     `shared.search` (parsing, lineage, shapes, limits) is dialect-neutral."""
 

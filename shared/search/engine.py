@@ -14,7 +14,7 @@ Decisions:
   is shown even when its role is not in the filter (a scroll may start anywhere).
 - `messages_before`/`messages_after` count the messages the window shows before and after
   the anchor: fewer than `window` means it reaches the start/end of the session.
-- Relevance is bm25 within the newest matches (see `shared.store.sqlite_search`); `newest` and
+- Relevance is bm25 within the newest matches (see `shared.search.sqlite.backend`); `newest` and
   `oldest` follow message order.
 - Matched terms are marked ⟦like this⟧ in snippets. Contents are clipped (anchor 2000, window
   600, bookends 300, read 1200 characters) with the number of characters left out; `read`
@@ -58,7 +58,7 @@ BROWSE_ROUNDS = 5
 
 def backend_for(dialect: str) -> SearchBackend | None:
     if dialect == "sqlite":
-        from shared.store import sqlite_search
+        from shared.search.sqlite import backend as sqlite_search
 
         return sqlite_search
     return None  # PostgreSQL (tsvector + pg_trgm) plugs in here

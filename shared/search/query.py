@@ -5,7 +5,7 @@ accident never breaks it: punctuation inside a word stays literal (`chat-send`, 
 a quote without its partner runs to the end, operators with nothing on one side and unmatched
 parentheses are dropped, bits with nothing searchable in them (`*`, emoji alone) are left out
 and reported. A query that still means nothing is a `QueryError` saying why. Dialects compile
-the tree (`shared.store.sqlite_search` for FTS5); nothing here knows SQL.
+the tree (`shared.search.sqlite.backend` for FTS5); nothing here knows SQL.
 """
 
 from __future__ import annotations

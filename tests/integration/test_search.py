@@ -343,7 +343,7 @@ def test_substrings_are_exact_though_the_index_keeps_no_positions(store: Store, 
 def test_short_common_term_paths(store: Store, log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
     """A short term with many trigrams: the newest messages are checked directly, then the rest
     goes through the full expansion; both give the same sessions as the plain path."""
-    from shared.store import sqlite_search
+    from shared.search.sqlite import backend as sqlite_search
 
     for i in range(8):
         log.session(f"s{i}", [f"这是第{i}个测试{'的' * i}", "好的"])
@@ -542,7 +542,7 @@ def test_non_object_arguments(store: Store) -> None:
 def test_relevance_walks_windows_and_ranks_common_terms_newest_first(
     store: Store, log: Log, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shared.store import sqlite_search
+    from shared.search.sqlite import backend as sqlite_search
 
     monkeypatch.setattr(sqlite_search, "RANK_WINDOW", 4)
     monkeypatch.setattr(sqlite_search, "MAX_SCORED_DF", 3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shared.search.query import All, Any, QueryError, Term, parse
-from shared.store.sqlite_search_compile import compile_words
+from shared.search.sqlite.compiler import compile_words
 
 
 def words(text: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from shared.store.sqlite_search_ddl import has_unsegmented_sql
+from shared.search.sqlite.ddl import has_unsegmented_sql
 from shared.unsegmented import UNSEGMENTED_RANGES, has_unsegmented
 
 

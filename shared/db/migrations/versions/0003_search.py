@@ -6,7 +6,7 @@ Revises: 0002
 
 from alembic import op
 
-from shared.store import sqlite_search_ddl
+from shared.search.sqlite import ddl as sqlite_search_ddl
 
 revision = "0003"
 down_revision = "0002"

@@ -1,6 +1,6 @@
 """SQLite search backend: matching messages in a bounded way, and the rows results are built of.
 
-Two indexes (DDL in `sqlite_search_ddl`): words in `messages_fts` (unicode61) and substrings of
+Two indexes (DDL in `ddl`): words in `messages_fts` (unicode61) and substrings of
 messages in unsegmented scripts in `messages_cjk` (trigram). A query without Han, kana, Thai...
 goes to the word index; one whose every match must hold such a term (`中文`, `deploy 中文`)
 to the trigram index; each option of a top-level OR is routed on its own and the streams
@@ -38,7 +38,7 @@ Measured at 1.5M messages (bench/search.py, on a 2-core machine) and set aside:
   from ~45 ms to <1 ms, for +45% word-index size and only that prefix length; not taken here
   (messages_fts is revision 0001's), noted for whoever tunes it.
 
-The rows results are built of (windows, bookends, sessions) come from `sqlite_search_rows`;
+The rows results are built of (windows, bookends, sessions) come from `rows`;
 this module re-exports them so that it is the whole backend (`shared.search.backend`).
 """
 
@@ -54,8 +54,7 @@ from sqlalchemy import Connection
 
 from shared.search.backend import Filters, Hit, Order
 from shared.search.query import All, Any, Node, Query, QueryError, Term
-from shared.search.views import ELLIPSIS, MARK_CLOSE, MARK_OPEN
-from shared.store.sqlite_search_compile import (
+from shared.search.sqlite.compiler import (
     TRIGRAM,
     Expander,
     compile_substrings,
@@ -64,18 +63,19 @@ from shared.store.sqlite_search_compile import (
     predicate,
     quote,
 )
-from shared.store.sqlite_search_rows import around as around
-from shared.store.sqlite_search_rows import count_between as count_between
-from shared.store.sqlite_search_rows import db_of as _db
-from shared.store.sqlite_search_rows import ends as ends
-from shared.store.sqlite_search_rows import first_text as first_text
-from shared.store.sqlite_search_rows import marks as _marks
-from shared.store.sqlite_search_rows import message as message
-from shared.store.sqlite_search_rows import parents as parents
-from shared.store.sqlite_search_rows import recent_sessions as recent_sessions
-from shared.store.sqlite_search_rows import resolve as resolve
-from shared.store.sqlite_search_rows import sessions_by_id as sessions_by_id
-from shared.store.sqlite_search_rows import visible as _visible
+from shared.search.sqlite.rows import around as around
+from shared.search.sqlite.rows import count_between as count_between
+from shared.search.sqlite.rows import db_of as _db
+from shared.search.sqlite.rows import ends as ends
+from shared.search.sqlite.rows import first_text as first_text
+from shared.search.sqlite.rows import marks as _marks
+from shared.search.sqlite.rows import message as message
+from shared.search.sqlite.rows import parents as parents
+from shared.search.sqlite.rows import recent_sessions as recent_sessions
+from shared.search.sqlite.rows import resolve as resolve
+from shared.search.sqlite.rows import sessions_by_id as sessions_by_id
+from shared.search.sqlite.rows import visible as _visible
+from shared.search.views import ELLIPSIS, MARK_CLOSE, MARK_OPEN
 
 RANK_WINDOW = 256  # matches ranked by bm25 at a time
 MAX_SCORED_DF = 100_000  # terms matching more messages than this are not weighed by bm25

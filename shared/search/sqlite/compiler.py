@@ -3,7 +3,7 @@
 Every term is quoted, so nothing a person types is read as FTS5 syntax (column filters, `^`,
 NEAR): the tree from `shared.search.query` is the only structure. For the trigram index a
 term of 1-2 characters becomes the OR of the indexed trigrams that begin with it (the indexed
-text is padded, see `sqlite_search_ddl`, so that covers every occurrence).
+text is padded, see `ddl`, so that covers every occurrence).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ function, so any connection, the sqlite3 shell included, keeps it right).
 The index keeps no positions (`detail=none`): at 1.5M messages (~100k with CJK) it is 76 MB
 instead of 150 MB with positions (124 MB with `detail=column`). A search therefore asks it for
 the rows holding all of a term's trigrams and checks the text itself (`instr`) before a row
-counts; see `shared.store.sqlite_search`.
+counts; see `shared.search.sqlite.backend`.
 
 The indexed text is padded with two spaces: every occurrence of a 1- or 2-character string
 then begins some trigram, so a short query can be answered from the index's vocabulary.
