@@ -122,7 +122,7 @@ class TerminalChat:
         with self.store.read() as conn:
             ref = resume if resume is not None else continue_name
             if ref:
-                found = lineage.resolve_session(conn, ref, OWNER)
+                found = lineage.resolve(conn, ref, OWNER)
             else:
                 latest = latest_session(conn, CLI)
                 if latest is None:

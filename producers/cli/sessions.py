@@ -61,7 +61,7 @@ def delete_cmd(ctx: click.Context, app: App, session: str, yes: bool) -> None:
     """Delete a session and its messages (by id, id prefix or title)."""
     store = app.store()
     with store.read() as conn:
-        record = lineage.resolve_session(conn, session, newest=False)
+        record = lineage.resolve(conn, session, newest=False)
     what = plural(record.message_count, "message")
     if record.title:
         what = f'"{record.title}", {what}'
@@ -82,7 +82,7 @@ def delete_cmd(ctx: click.Context, app: App, session: str, yes: bool) -> None:
 def rename_cmd(app: App, session: str, title: tuple[str, ...]) -> None:
     """Give a session a title; several words need no quotes."""
     with app.store().write() as conn:
-        record = lineage.resolve_session(conn, session, newest=False)
+        record = lineage.resolve(conn, session, newest=False)
         session_rows.set_title(conn, record.id, " ".join(title), TitleSource.USER)
         renamed = session_rows.require_session(conn, record.id)
     click.echo(f'Renamed {renamed.id} to "{renamed.title}".')

@@ -16,7 +16,7 @@ import click
 from producers.cli.app import App, pass_app
 from producers.cli.guard import store_command
 from producers.cli.render import progress_bar
-from shared.store.lineage import resolve_session
+from shared.store import lineage
 from shared.store.portability import count_exportable, encode_line, export_sessions, import_lines
 from shared.wording import plural
 
@@ -76,7 +76,7 @@ def export_cmd(app: App, file: str, source: str | None, session_ref: str | None)
     """Write sessions with their messages as JSON lines to FILE (- for stdout)."""
     exported = messages = 0
     with app.store().read() as conn:
-        session_id = resolve_session(conn, session_ref).id if session_ref else None
+        session_id = lineage.resolve(conn, session_ref).id if session_ref else None
         total = count_exportable(conn, source=source, session_id=session_id)
         # JSON on the terminal itself would tear the bar: no bar then.
         bar = not (file == "-" and sys.stdout.isatty())

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
+from shared.db.like import ESCAPE, prefix_pattern
 from shared.db.prepared import Prepared
 from shared.db.schema import leases
 
@@ -72,7 +73,7 @@ _RELEASE_NAMED_COOLING = Prepared(
 )
 _COOLDOWN = Prepared(select(leases.c.cooldown_until).where(leases.c.name == bindparam("b_name")))
 _LIVE_NAMED = select(leases.c.name).where(
-    leases.c.name.like(bindparam("b_pattern")),
+    leases.c.name.like(bindparam("b_pattern"), escape=ESCAPE),
     leases.c.holder.is_not(None),
     leases.c.expires_at > bindparam("b_now"),
 )
@@ -127,5 +128,5 @@ def cooldown_until(conn: Connection, name: str) -> float | None:
 
 
 def live_named(conn: Connection, prefix: str, now: float) -> set[str]:
-    rows = conn.execute(_LIVE_NAMED, {"b_pattern": prefix + "%", "b_now": now}).scalars()
+    rows = conn.execute(_LIVE_NAMED, {"b_pattern": prefix_pattern(prefix), "b_now": now}).scalars()
     return {str(name) for name in rows}

@@ -73,11 +73,6 @@ class SearchBackend(Protocol):
         """The sessions of `ids` that `viewer` may see (None: all of them)."""
         ...
 
-    def resolve(self, conn: Connection, ref: str, viewer: Viewer | None) -> SessionRecord:
-        """A session argument (exact id, unique id prefix, title) among what `viewer` may see;
-        raises SessionNotFound or AmbiguousSession (which names only visible sessions)."""
-        ...
-
     def parents(self, conn: Connection, ids: Iterable[str]) -> dict[str, str | None]: ...
 
     def recent_sessions(

@@ -44,6 +44,7 @@ from shared.search import views
 from shared.search.backend import Filters, Hit, SearchBackend
 from shared.search.query import Query, QueryError, parse
 from shared.search.request import RequestError, SearchRequest
+from shared.store import lineage
 from shared.wording import plural
 
 CONVERSATION_ROLES = ("user", "assistant")
@@ -239,7 +240,7 @@ def read(conn: Connection, backend: SearchBackend, request: SearchRequest) -> di
     """The session (exact id, unique id prefix or title), its head and tail when very long."""
     assert request.session_id is not None
     try:
-        session = backend.resolve(conn, request.session_id, request.viewer)
+        session = lineage.resolve(conn, request.session_id, request.viewer)
     except (SessionNotFound, AmbiguousSession) as exc:
         return error("read", str(exc))
     first, last = backend.ends(conn, session.id, request.roles, READ_HEAD + READ_TAIL)

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, func, select
 
 from shared.db.errors import AmbiguousSession, SessionNotFound
+from shared.db.like import starts_with
 from shared.db.schema import sessions
 from shared.model import SessionRecord
 from shared.store.visibility import Viewer, within
@@ -40,17 +41,12 @@ from shared.titles import (
 AMBIGUOUS_SHOWN = 5
 
 
-def like_prefix(text: str) -> str:
-    """A LIKE pattern (escape character `\\`) for what starts with `text`, wildcards and all."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
 def _first(conn: Connection, query: Select[Any]) -> SessionRecord | None:
     row = conn.execute(query.limit(1)).first()
     return SessionRecord.from_row(row) if row else None
 
 
-def resolve_session(
+def resolve(
     conn: Connection, ref: str, viewer: Viewer | None = None, *, newest: bool = True
 ) -> SessionRecord:
     """A user's session argument among the sessions `viewer` reaches (None: every session):
@@ -67,7 +63,7 @@ def resolve_session(
     exact = _first(conn, select(sessions).where(sessions.c.id == ref, *seen))
     if exact is not None:
         return exact
-    prefixed = [sessions.c.id.like(like_prefix(ref), escape="\\"), *seen]
+    prefixed = [starts_with(sessions.c.id, ref), *seen]
     candidates = conn.execute(
         select(sessions).where(*prefixed).order_by(sessions.c.id.desc()).limit(AMBIGUOUS_SHOWN + 1)
     ).all()
@@ -119,7 +115,7 @@ def _oldest_continuation(
     base, floor = lineage_base(title), lineage_number(title)
     rows = conn.execute(
         select(sessions).where(
-            sessions.c.title.like(like_prefix(lineage_prefix(base)), escape="\\"),
+            starts_with(sessions.c.title, lineage_prefix(base)),
             sessions.c.title_source == TitleSource.DERIVED.label,
             *within(viewer),
         )
@@ -160,8 +156,7 @@ def lineage_titles(conn: Connection, title: str) -> list[tuple[str, str, float]]
     base = lineage_base(title)
     rows = conn.execute(
         select(sessions.c.title, sessions.c.id, sessions.c.started_at).where(
-            (sessions.c.title == base)
-            | sessions.c.title.like(like_prefix(lineage_prefix(base)), escape="\\")
+            (sessions.c.title == base) | starts_with(sessions.c.title, lineage_prefix(base))
         )
     ).all()
     return [(row.title, row.id, row.started_at) for row in rows if in_lineage(row.title, base)]
@@ -178,8 +173,6 @@ def distinct_title(conn: Connection, title: str) -> str:
     """The first free distinct form of `title` ("x (2)", "x (3)" …), for a session that is no
     relation of the one holding `title`."""
     taken = conn.execute(
-        select(sessions.c.title).where(
-            sessions.c.title.like(like_prefix(distinct_prefix(title)), escape="\\")
-        )
+        select(sessions.c.title).where(starts_with(sessions.c.title, distinct_prefix(title)))
     ).scalars()
     return next_distinct(title, {str(t) for t in taken})

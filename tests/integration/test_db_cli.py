@@ -71,7 +71,7 @@ def assert_old_data_intact(path: Path) -> None:
     store = open_store(sqlite_url(path))
     try:
         with store.read() as conn:
-            record = lineage.resolve_session(conn, "Old")
+            record = lineage.resolve(conn, "Old")
             assert record.message_count == 1
             assert [m.content for m in message_rows.transcript(conn, record.id)] == ["kept"]
     finally:

@@ -238,7 +238,7 @@ def test_older_file_is_upgraded_on_open_with_its_data(hermes_home: Path) -> None
     upgraded = open_store(sqlite_url(path))
     try:
         with upgraded.read() as conn:
-            record = lineage.resolve_session(conn, "Old work")
+            record = lineage.resolve(conn, "Old work")
             assert record.id == "20200101_000000_abcdef"
             assert record.message_count == 1
             [message] = message_rows.transcript(conn, record.id)

@@ -219,7 +219,7 @@ def test_numbering_a_title_at_the_limit(store: Store) -> None:
         assert len(title) <= MAX_TITLE_CHARS
         assert title.endswith(f" #{n}")
     with store.read() as conn:
-        assert lineage.resolve_session(conn, base).id == "s12"
+        assert lineage.resolve(conn, base).id == "s12"
         assert lineage.newest_in_lineage(conn, base) is not None
         members = lineage.lineage_titles(conn, base)
     assert {m[0] for m in members} == set(titles)
@@ -233,7 +233,7 @@ def test_resolve_by_title_picks_the_newest_of_the_lineage(store: Store) -> None:
         new(conn, "20240101_000003_dddddd", now=9.0, title="my project notes")
     with store.read() as conn:
         for ref in ["my project", "my project #2", "  my\u200b project ", "MY PROJECT"]:
-            assert lineage.resolve_session(conn, ref).id == "20240101_000002_cccccc", ref
+            assert lineage.resolve(conn, ref).id == "20240101_000002_cccccc", ref
 
 
 def test_a_lineage_is_parent_links_not_lookalike_titles(store: Store) -> None:
@@ -243,8 +243,8 @@ def test_a_lineage_is_parent_links_not_lookalike_titles(store: Store) -> None:
         compress(conn, "a", "c", 3.0)  # the real continuation takes the next free number
     with store.read() as conn:
         assert session_rows.require_session(conn, "c").title == "Zebra notes #3"
-        assert lineage.resolve_session(conn, "Zebra notes").id == "c"
-        assert lineage.resolve_session(conn, "Zebra notes #2").id == "b"
+        assert lineage.resolve(conn, "Zebra notes").id == "c"
+        assert lineage.resolve(conn, "Zebra notes #2").id == "b"
 
 
 def test_a_lineage_whose_first_sessions_are_gone_is_still_found_by_its_name(
@@ -257,7 +257,7 @@ def test_a_lineage_whose_first_sessions_are_gone_is_still_found_by_its_name(
         new(conn, "x", now=9.0, title="trip #9")  # a lookalike, not a continuation
         session_rows.delete_session(conn, "s1")  # pruned: "trip #2" is unparented now
     with store.read() as conn:
-        assert lineage.resolve_session(conn, "trip").id == "s3"
+        assert lineage.resolve(conn, "trip").id == "s3"
 
 
 def test_an_auto_title_another_session_holds_takes_a_distinct_form(store: Store) -> None:
@@ -282,7 +282,7 @@ def test_an_auto_title_another_session_holds_takes_a_distinct_form(store: Store)
         assert write_auto_title(conn, "d", long) == long
         assert write_auto_title(conn, "e", long) == "y" * (MAX_TITLE_CHARS - 4) + " (2)"
     with store.read() as conn:
-        assert lineage.resolve_session(conn, "Zebra Migration Planning Notes").id == "a"
+        assert lineage.resolve(conn, "Zebra Migration Planning Notes").id == "a"
 
 
 # --- resolving a session argument ---
@@ -305,15 +305,15 @@ def ids(store: Store) -> Iterator[list[str]]:
 def test_exact_id(store: Store, ids: list[str]) -> None:
     with store.read() as conn:
         for sid in ids:
-            assert lineage.resolve_session(conn, sid).id == sid
-        assert lineage.resolve_session(conn, f"  {ids[0]}\n").id == ids[0]
+            assert lineage.resolve(conn, sid).id == sid
+        assert lineage.resolve(conn, f"  {ids[0]}\n").id == ids[0]
 
 
 def test_unique_prefix(store: Store, ids: list[str]) -> None:
     with store.read() as conn:
-        assert lineage.resolve_session(conn, "20240302").id == ids[2]
-        assert lineage.resolve_session(conn, "20240301_090000_a1b").id == ids[0]
-        assert lineage.resolve_session(conn, "20240303_1").id == ids[3]
+        assert lineage.resolve(conn, "20240302").id == ids[2]
+        assert lineage.resolve(conn, "20240301_090000_a1b").id == ids[0]
+        assert lineage.resolve(conn, "20240303_1").id == ids[3]
 
 
 def test_exact_id_beats_a_longer_id_it_prefixes(store: Store) -> None:
@@ -321,14 +321,12 @@ def test_exact_id_beats_a_longer_id_it_prefixes(store: Store) -> None:
         new(conn, "20240101_000000_abcdef")
         new(conn, "20240101_000000_abcdef01")
     with store.read() as conn:
-        assert lineage.resolve_session(conn, "20240101_000000_abcdef").id == (
-            "20240101_000000_abcdef"
-        )
+        assert lineage.resolve(conn, "20240101_000000_abcdef").id == ("20240101_000000_abcdef")
 
 
 def test_ambiguous_prefix_lists_the_candidates(store: Store, ids: list[str]) -> None:
     with store.read() as conn, pytest.raises(AmbiguousSession) as caught:
-        lineage.resolve_session(conn, "20240301_090000_a1")
+        lineage.resolve(conn, "20240301_090000_a1")
     error = caught.value
     assert not isinstance(error, SessionNotFound)
     assert set(error.candidates) == {ids[0], ids[1]}
@@ -342,7 +340,7 @@ def test_many_candidates_are_counted(store: Store) -> None:
         for i in range(9):
             new(conn, f"20240401_12000{i}_abcdef")
     with store.read() as conn, pytest.raises(AmbiguousSession) as caught:
-        lineage.resolve_session(conn, "20240401")
+        lineage.resolve(conn, "20240401")
     assert "9 sessions" in str(caught.value)
     assert "+4 more" in str(caught.value)
     assert len(caught.value.candidates) == 5
@@ -353,30 +351,30 @@ def test_many_candidates_are_counted(store: Store) -> None:
 )
 def test_like_wildcards_match_nothing(store: Store, ids: list[str], ref: str) -> None:
     with store.read() as conn, pytest.raises(SessionNotFound):
-        lineage.resolve_session(conn, ref)
+        lineage.resolve(conn, ref)
 
 
 def test_prefix_comes_before_title(store: Store, ids: list[str]) -> None:
     with store.write() as conn:
         new(conn, "titled", now=99.0, title="20240302")
     with store.read() as conn:
-        assert lineage.resolve_session(conn, "20240302").id == ids[2]
-        assert lineage.resolve_session(conn, "titled").id == "titled"
+        assert lineage.resolve(conn, "20240302").id == ids[2]
+        assert lineage.resolve(conn, "titled").id == "titled"
 
 
 def test_title_is_the_last_resort(store: Store, ids: list[str]) -> None:
     with store.write() as conn:
         session_rows.set_title(conn, ids[1], "Budget 2024")
     with store.read() as conn:
-        assert lineage.resolve_session(conn, "Budget 2024").id == ids[1]
+        assert lineage.resolve(conn, "Budget 2024").id == ids[1]
         with pytest.raises(SessionNotFound, match="Budget 2025"):
-            lineage.resolve_session(conn, "Budget 2025")
+            lineage.resolve(conn, "Budget 2025")
 
 
 @pytest.mark.parametrize("ref", ["", "   ", "\u200b"])
 def test_empty_reference_is_not_found(store: Store, ids: list[str], ref: str) -> None:
     with store.read() as conn, pytest.raises(SessionNotFound):
-        lineage.resolve_session(conn, ref)
+        lineage.resolve(conn, ref)
 
 
 # --- ending, deleting, listing ---

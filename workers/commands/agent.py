@@ -102,23 +102,15 @@ def viewer_of(turn: inbox.TurnRow) -> Viewer:
     return Viewer(turn.platform, turn.user_id)
 
 
-def find_visible(conn: Connection, turn: inbox.TurnRow, ref: str) -> SessionRecord | str:
-    """The session `ref` names (an exact id, a unique id prefix, a title: the newest of its
-    lineage) among those the requester reaches, or why there is none."""
-    try:
-        return lineage.resolve_session(conn, ref, viewer_of(turn))
-    except AmbiguousSession as exc:
-        return str(exc)
-    except SessionNotFound:
-        return f"No session matches '{ref.strip()}'. /sessions lists yours."
-
-
 def _resume(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, args: str) -> str:
     if not args.strip():
         return "Usage: /resume <title, id or id prefix>. /sessions lists your sessions."
-    found = find_visible(conn, turn, args)
-    if isinstance(found, str):
-        return found
+    try:
+        found = lineage.resolve(conn, args, viewer_of(turn))
+    except AmbiguousSession as exc:
+        return str(exc)
+    except SessionNotFound:
+        return f"No session matches '{args.strip()}'. /sessions lists yours."
     target = lineage_head(conn, found)
     if target.id == session_id:
         return f"You are already in session {_name(target)}."

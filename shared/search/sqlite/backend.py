@@ -72,7 +72,6 @@ from shared.search.sqlite.rows import marks as _marks
 from shared.search.sqlite.rows import message as message
 from shared.search.sqlite.rows import parents as parents
 from shared.search.sqlite.rows import recent_sessions as recent_sessions
-from shared.search.sqlite.rows import resolve as resolve
 from shared.search.sqlite.rows import sessions_by_id as sessions_by_id
 from shared.search.sqlite.rows import visible as _visible
 from shared.search.views import ELLIPSIS, MARK_CLOSE, MARK_OPEN

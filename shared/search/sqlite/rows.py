@@ -18,7 +18,6 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from shared.db import schema
 from shared.model import MessageRecord, SessionRecord
-from shared.store.lineage import resolve_session
 from shared.store.visibility import Viewer, reach
 
 MESSAGE_COLUMNS = (
@@ -116,12 +115,6 @@ def sessions_by_id(
         f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id IN ({marks(wanted)}){seen}", params
     )
     return {str(row[0]): SessionRecord(*row) for row in rows}
-
-
-def resolve(conn: Connection, ref: str, viewer: Viewer | None) -> SessionRecord:
-    """`shared.store.lineage.resolve_session`: exact id, unique id prefix, title's lineage,
-    among the sessions `viewer` reaches (an ambiguous prefix names only those)."""
-    return resolve_session(conn, ref, viewer)
 
 
 def parents(conn: Connection, ids: Iterable[str]) -> dict[str, str | None]:
