@@ -131,9 +131,8 @@ def _claim(conn: Connection, rt: Runtime, lease: leases.Lease, now: float) -> _N
 
 def _flush_still_wanted(conn: Connection, turn: inbox.TurnRow) -> bool:
     """A reset's memory turn runs only in the live session it was queued for."""
-    session_id = turn.event_id.split(":")[1] if turn.event_id.count(":") >= 2 else ""
-    current = routes.route_session_id(conn, turn.session_key)
-    if current != session_id:
+    session_id = turn.flush_session_id
+    if session_id is None or routes.route_session_id(conn, turn.session_key) != session_id:
         return False
     record = session_rows.get_session(conn, session_id)
     return record is not None and record.ended_at is None

@@ -154,6 +154,8 @@ inbox = Table(
     Column("received_at", Float, nullable=False),
     Column("started_at", Float),
     Column("finished_at", Float),
+    # A reset's memory-flush turn: the session it was queued for (revision 0009).
+    Column("flush_session_id", Text),
     Index("ux_inbox_event", "platform", "event_id", unique=True),
     Index("ux_inbox_key_seq", "session_key", "seq", unique=True),
     Index("ix_inbox_status", "status", "received_at"),

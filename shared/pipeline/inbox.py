@@ -79,6 +79,7 @@ class TurnRow:
     error: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    flush_session_id: str | None = None  # a memory-flush turn: the session it was queued for
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> TurnRow:
@@ -114,6 +115,7 @@ _TURN_COLUMNS = (
     "attachments",
     "status",
     "received_at",
+    "flush_session_id",
 )
 _INSERT_TURN = Prepared(
     insert(inbox).values({name: bindparam(name) for name in _TURN_COLUMNS}).returning(inbox.c.id)
@@ -166,6 +168,7 @@ def record_turn(
     now: float,
     kind: str = "message",
     claim_wake: bool = False,
+    flush_session_id: str | None = None,
 ) -> Recorded:
     """Record `turn` unless its event was seen before; call inside one write transaction.
 
@@ -195,6 +198,7 @@ def record_turn(
             "attachments": turn.attachments_json(),
             "status": WAITING,
             "received_at": now,
+            "flush_session_id": flush_session_id,
         },
     )
     return Recorded(

@@ -96,7 +96,12 @@ def record_flush(conn: Connection, candidate: ResetCandidate, now: float) -> boo
         text=FLUSH_PROMPT,
     )
     recorded = inbox.record_turn(
-        conn, turn, SessionKey(candidate.session_key, shared=False), now=now, kind=MEMORY_FLUSH
+        conn,
+        turn,
+        SessionKey(candidate.session_key, shared=False),
+        now=now,
+        kind=MEMORY_FLUSH,
+        flush_session_id=candidate.session_id,
     )
     return not recorded.duplicate
 
