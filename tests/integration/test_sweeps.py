@@ -12,6 +12,7 @@ from shared.db import Store
 from shared.db.schema import inbox as inbox_table
 from shared.db.schema import routes
 from shared.pipeline import cron, leases, outbox
+from shared.pipeline import routes as route_rows
 from shared.settings import Settings, load_settings
 from shared.store import sessions as session_rows
 from shared.store.housekeeping import MEMORY_FLUSH
@@ -92,6 +93,33 @@ def test_idle_reset_runs_one_memory_turn_then_ends_and_tells_the_user(
     _chat(rt, store, idle_env, clock, n=1)  # the next message starts a new session
     second = _route_session(store, key)
     assert second is not None and second != first
+
+
+def test_a_memory_turn_for_a_session_that_moved_on_is_cancelled(
+    idle_env: Settings, store: Store
+) -> None:
+    """The memory turn names its session (inbox.flush_session_id): once the route points
+    elsewhere (/new ran first), the drain cancels it instead of running it in the new session."""
+    clock = Clock(T0)
+    agent = ScriptedAgent()
+    rt, _ = make_runtime(idle_env, store, agent, clock=clock)
+    key = _chat(rt, store, idle_env, clock)
+    first = _route_session(store, key)
+    clock.now = T0 + 31 * 60
+    assert reset.sweep(rt).memory_turns == [first]
+    with store.read() as conn:
+        queued = conn.execute(
+            select(inbox_table.c.flush_session_id).where(inbox_table.c.kind == MEMORY_FLUSH)
+        ).scalar_one()
+    assert queued == first
+    with store.write() as conn:
+        route_rows.detach(conn, key, clock.now)
+    calls = len(agent.calls)
+    drain(rt, key)
+    assert len(agent.calls) == calls
+    with store.read() as conn:
+        kinds = conn.execute(select(inbox_table.c.kind, inbox_table.c.status)).all()
+    assert [tuple(k) for k in kinds] == [("message", "done"), (MEMORY_FLUSH, "cancelled")]
 
 
 def test_a_session_with_a_turn_in_line_is_not_reset(idle_env: Settings, store: Store) -> None:
