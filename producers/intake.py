@@ -107,7 +107,7 @@ def accept(
     Raises shared.turns.TurnRejected, before anything is written, for a bad turn.
     """
     item = checked(turn, settings)
-    recorded = store.run_write(lambda conn: record(conn, item, clock()))
+    recorded = store.commit(lambda conn: record(conn, item, clock()))
     wake = wake_up_for(recorded)
     woken = wake is None or waker.drain(wake.session_key)
     if not woken and wake is not None:
@@ -120,7 +120,7 @@ def record_all(
 ) -> list[inbox.Recorded | Exception]:
     """Record each of `items` as its own unit of one transaction: one that fails (raises)
     leaves the others recorded. Returns once committed."""
-    return store.run_writes([_recording(item, clock) for item in items])
+    return store.commit_each([_recording(item, clock) for item in items])
 
 
 def _recording(item: Checked, clock: Clock) -> Callable[[Connection], inbox.Recorded]:
@@ -155,4 +155,4 @@ def forget(store: Store, wakes: Sequence[WakeUp]) -> None:
             routes.forget_wake(conn, key, seq)
 
     if claims:
-        store.run_write(work)
+        store.commit(work)

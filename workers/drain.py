@@ -78,7 +78,7 @@ def drain(rt: Runtime, key: str) -> DrainResult:
         lease = routes.acquire_route(conn, key, holder, now, rt.lease_ttl)
         return lease, _claim(conn, rt, lease, now) if lease is not None else None, now
 
-    lease, first, now = rt.store.run_write(take)
+    lease, first, now = rt.store.commit(take)
     if lease is None or first is None:
         return DrainResult(0, "busy")
     if first.action == "idle":  # a duplicate wake-up: the lease is already let go
@@ -91,7 +91,7 @@ def drain(rt: Runtime, key: str) -> DrainResult:
     finally:
         rt.metrics.leases_held.dec()
         if result is None or result.reason != "idle":  # idle: released with the last claim
-            rt.store.run_write(lambda conn: routes.release_route(conn, lease))
+            rt.store.commit(lambda conn: routes.release_route(conn, lease))
         if result is None:  # an unexpected error: turns that arrived meanwhile got no wake-up
             _wake_after_error(rt, key)
     assert result is not None
@@ -144,7 +144,7 @@ def _claim_next(rt: Runtime, held: Held) -> _Next:
         routes.check_route(conn, held.lease, now, rt.lease_ttl)
         return _claim(conn, rt, held.lease, now)
 
-    return rt.store.run_write(claim)
+    return rt.store.commit(claim)
 
 
 def _run_batch(rt: Runtime, held: Held, step: _Next, budget: int) -> DrainResult:
@@ -443,7 +443,7 @@ def _commit(
             return following, last, None
         return following, None, (last.lane, flush.open_lane(conn, holder, last.lane, now))
 
-    following, delivered, opened = rt.store.run_write(write)
+    following, delivered, opened = rt.store.commit(write)
     rt.metrics.turn_committed(turn.platform, status, reply.calls)
     if delivered is not None:
         flush.nudge(rt, delivered)  # once: the reader takes all of the turn's replies

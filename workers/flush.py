@@ -68,7 +68,7 @@ def open_lane(conn: Connection, holder: str, lane: str, now: float) -> Opened:
 
 def flush(rt: Runtime, lane: str) -> FlushResult:
     holder = rt.holder()
-    opened = rt.store.run_write(lambda conn: open_lane(conn, holder, lane, rt.clock()))
+    opened = rt.store.commit(lambda conn: open_lane(conn, holder, lane, rt.clock()))
     return send_opened(rt, lane, opened)
 
 
@@ -165,7 +165,7 @@ def _send_one(rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, *, look: 
         outbox.mark_sent(conn, row.id, receipt.platform_message_id, rt.clock())
         return _pending_or_release(conn, lease) if look else None
 
-    rows = rt.store.run_write(mark_sent)
+    rows = rt.store.commit(mark_sent)
     metrics.replies_sent.labels(row.platform).inc()
     return _Step(rows=rows, released=rows == [])
 

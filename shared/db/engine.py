@@ -20,7 +20,10 @@ T = TypeVar("T")
 
 
 class Store:
-    """state.db for one process. `write()` is one short transaction; `read()` a consistent view."""
+    """state.db for one process: `read()` a consistent view; writes are short transactions,
+    either a block in the caller's thread (`with store.write() as conn:`) or a function the
+    store runs and commits (`store.commit(work)`, `store.commit_each(works)`), which on SQLite
+    may share one transaction with other threads' work (group commit)."""
 
     def __init__(self, engine: Engine, path: Path | None, write_engine: Engine | None = None):
         self._engine = engine
@@ -81,7 +84,7 @@ class Store:
         if self.observe_write is not None:
             self.observe_write(time.perf_counter() - started)
 
-    def run_write(self, work: Callable[[Connection], T]) -> T:
+    def commit(self, work: Callable[[Connection], T]) -> T:
         """`work(conn)` as one write transaction; returns its result once committed.
 
         The same as `with store.write() as conn: return work(conn)`, except that on SQLite
@@ -99,7 +102,7 @@ class Store:
         self._observed(started)
         return result
 
-    def run_writes(self, works: Sequence[Callable[[Connection], T]]) -> list[T | Exception]:
+    def commit_each(self, works: Sequence[Callable[[Connection], T]]) -> list[T | Exception]:
         """Each of `works` as its own unit in one write transaction (one that raises changes
         nothing and the others go on); returns each result or the exception it raised, once
         committed. If the transaction is lost (its COMMIT fails), every outcome is an error.
@@ -110,7 +113,7 @@ class Store:
         change nothing but through `conn`."""
         self._check_process()
         with contextlib.suppress(Exception):  # if one raised, all was rolled back: now each
-            return list(self.run_write(lambda conn: [work(conn) for work in works]))  # alone
+            return list(self.commit(lambda conn: [work(conn) for work in works]))  # alone
         if self._group is not None:
             with self._corrupt_is_store_error():
                 return self._group.run_many(works)

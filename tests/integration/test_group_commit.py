@@ -106,7 +106,7 @@ def test_a_failing_unit_is_rolled_back_alone(store: Store) -> None:
             raise ValueError("this unit changes its mind")
 
         try:
-            store.run_write(work)
+            store.commit(work)
         except ValueError as error:
             errors.append(error)
 
@@ -114,7 +114,7 @@ def test_a_failing_unit_is_rolled_back_alone(store: Store) -> None:
         with store.write() as conn:
             session_rows.create_session(conn, session_id="kept-2", source="cli", now=1.0)
 
-    first = threading.Thread(target=store.run_write, args=(_holding("kept-1", started, release),))
+    first = threading.Thread(target=store.commit, args=(_holding("kept-1", started, release),))
     first.start()
     assert started.wait(10)
     queued = [threading.Thread(target=failing), threading.Thread(target=inline)]
@@ -129,20 +129,20 @@ def test_a_failing_unit_is_rolled_back_alone(store: Store) -> None:
 
 
 def test_later_units_see_earlier_units_writes(store: Store) -> None:
-    store.run_write(_create("a"))
+    store.commit(_create("a"))
     seen: list[bool] = []
 
     def later(conn: Connection) -> None:
         seen.append(session_rows.session_exists(conn, "a"))
 
-    store.run_write(later)
+    store.commit(later)
     assert seen == [True]
 
 
 def test_a_write_inside_a_write_is_refused(store: Store) -> None:
     with store.write(), pytest.raises(RuntimeError, match=r"inside store\.write"):
-        store.run_write(_create("nested"))
-    store.run_write(_create("after"))  # the store still works
+        store.commit(_create("nested"))
+    store.commit(_create("after"))  # the store still works
     assert store.path is not None
     assert _committed_ids(store.path) == {"after"}
 
@@ -187,13 +187,13 @@ def test_a_lost_transaction_fails_every_unit_of_its_group(store: Store, tmp_path
 
 
 def test_hot_statements_raise_as_core_would(store: Store) -> None:
-    store.run_write(_create("dup"))
+    store.commit(_create("dup"))
     add = Prepared(
         insert(sessions).values(id=text("'dup'"), source="cli", started_at=1.0, last_active_at=1.0)
     )
     with pytest.raises(exc.IntegrityError), store.write() as conn:
         add.rowcount(conn, {})
-    store.run_write(_create("still-writable"))
+    store.commit(_create("still-writable"))
     assert store.path is not None
     assert _committed_ids(store.path) == {"dup", "still-writable"}
 
@@ -262,21 +262,21 @@ def test_a_lost_transaction_is_an_error_for_each_of_its_units_queued_at_once(
     assert _committed_ids(store.path) == {"next-group"}
 
 
-def test_store_run_writes_records_each_unit_alone_in_one_transaction(store: Store) -> None:
+def test_store_commit_each_records_each_unit_alone_in_one_transaction(store: Store) -> None:
     assert store.path is not None
-    outcomes = store.run_writes([_create("a"), _changing_its_mind, _create("b")])
+    outcomes = store.commit_each([_create("a"), _changing_its_mind, _create("b")])
     assert outcomes[0] == "a" and outcomes[2] == "b"
     assert isinstance(outcomes[1], ValueError)
     assert _committed_ids(store.path) == {"a", "b"}
 
 
-def test_store_run_writes_on_postgresql_records_each_unit_alone(postgres_url: str) -> None:
+def test_store_commit_each_on_postgresql_records_each_unit_alone(postgres_url: str) -> None:
     from shared.db import open_store
 
     store = open_store(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
     run = uuid.uuid4().hex
     try:
-        outcomes = store.run_writes(
+        outcomes = store.commit_each(
             [_create(f"{run}-a"), _failing(f"{run}-x"), _create(f"{run}-b")]
         )
         with store.read() as conn:

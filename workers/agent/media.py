@@ -3,7 +3,7 @@
 Attachments are turn-scoped. An image goes to the model itself when it has vision, else the
 auxiliary model describes it once; audio is transcribed; a text document's text is included;
 any other file is saved under `$HERMES_HOME/media/<session>/` and named by its path. What the
-transcript keeps (`Prepared.note`) is text only — descriptions, transcripts, document text,
+transcript keeps (`TurnMedia.note`) is text only — descriptions, transcripts, document text,
 paths — so raw bytes never enter `messages` and are never sent again on later turns.
 
 Fetchers are keyed by platform: the terminal's attachments are local file paths; a gateway
@@ -126,7 +126,7 @@ class Item:
 
 
 @dataclass
-class Prepared:
+class TurnMedia:
     items: list[Item] = field(default_factory=list)
 
     @property
@@ -192,9 +192,9 @@ class MediaProcessor:
 
     def prepare(
         self, turn: TurnRow, session_id: str, *, vision: bool, meter: Meter | None = None
-    ) -> Prepared:
+    ) -> TurnMedia:
         """The turn's attachments for the model; descriptions and transcripts go on `meter`."""
-        prepared = Prepared()
+        prepared = TurnMedia()
         for index, attachment in enumerate(attachments_of(turn)):
             item = self._one(turn, session_id, index, attachment, vision, meter)
             prepared.items.append(item)

@@ -32,7 +32,7 @@ from workers.agent.client import (
     Stopped,
     model_config,
 )
-from workers.agent.media import MediaProcessor, Prepared
+from workers.agent.media import MediaProcessor, TurnMedia
 from workers.agent.metering import Meter, model_call
 from workers.agent.prompt import base_prompt, system_prompt
 from workers.agent.tools.registry import ToolContext, ToolRegistry
@@ -83,7 +83,7 @@ class _Turn:
 
     request: AgentRequest
     chat: list[dict[str, Any]]
-    media: Prepared
+    media: TurnMedia
     tools: ToolContext
     full_estimate: int
     window_dropped: int

@@ -96,7 +96,7 @@ def autotitle(rt: Runtime, session_id: str) -> str:
     spent = where(session.source, session_id, session.chat_id)
     if title is None:
         if calls:
-            rt.store.run_write(lambda conn: usage.record(conn, calls, spent, rt.pricing))
+            rt.store.commit(lambda conn: usage.record(conn, calls, spent, rt.pricing))
         return "nothing to title it with yet"
     with rt.store.write() as conn:
         written = write_auto_title(conn, session_id, title)
