@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 
+from shared.db import sqlite
 from shared.db.errors import StoreError
 
 if TYPE_CHECKING:
@@ -76,29 +75,10 @@ def preflight(path: Path) -> None:
     state.db is chmod'ed 0600; neither may happen to a file we then refuse. This look is
     read-only; a file SQLite cannot read at all is left to the usual checks to report.
     """
-    try:
-        if path.stat().st_size == 0:
-            return
-    except OSError:
+    found = sqlite.peek_schema(path)
+    if found is None:
         return
-    try:
-        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=10)
-    except sqlite3.Error:
-        return
-    try:
-        names = conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%'"
-            " ESCAPE '\\'"
-        ).fetchall()
-        tables = [str(row[0]) for row in names]
-        rev: str | None = None
-        if "alembic_version" in tables:
-            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-            rev = str(row[0]) if row and row[0] is not None else None
-    except sqlite3.Error:
-        return
-    finally:
-        conn.close()
+    rev, tables = found
     _judge(rev, tables, str(path))
 
 

@@ -6,6 +6,7 @@ import os
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Engine, event
 
@@ -416,3 +417,32 @@ def full_vacuum(engine: Engine) -> None:
             cursor.close()
     finally:
         raw.close()
+
+
+def peek_schema(path: Path) -> tuple[str | None, list[str]] | None:
+    """(stamped revision, table names) of the SQLite file at `path`, read-only and changing
+    nothing; None when it is empty, missing or unreadable (the usual checks report those)."""
+    try:
+        if path.stat().st_size == 0:
+            return None
+    except OSError:
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=10)
+    except sqlite3.Error:
+        return None
+    try:
+        names = conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%'"
+            " ESCAPE '\\'"
+        ).fetchall()
+        tables = [str(row[0]) for row in names]
+        rev: str | None = None
+        if "alembic_version" in tables:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+            rev = str(row[0]) if row and row[0] is not None else None
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return rev, tables
