@@ -92,7 +92,7 @@ class TurnRow:
 
 _TURN_FIELDS = tuple(f.name for f in fields(TurnRow))
 
-# Hot statements: built once, run on the driver's cursor (see prepared.py).
+# Hot statements: built once, run on the driver's cursor (see shared/db/prepared.py).
 _FIND_EVENT = Prepared(
     select(inbox.c.id, inbox.c.session_key, inbox.c.seq).where(
         inbox.c.platform == bindparam("b_platform"), inbox.c.event_id == bindparam("b_event")

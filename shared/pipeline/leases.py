@@ -28,7 +28,7 @@ class Lease:
 
 
 # Statements are built once (values bound at execute) and run on the driver's cursor
-# (prepared.py): these run several times per turn, inside the write lock.
+# (shared/db/prepared.py): these run several times per turn, inside the write lock.
 
 _ACQUIRE_NAMED_STATEMENT = (
     update(leases)

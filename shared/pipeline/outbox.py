@@ -51,7 +51,7 @@ class OutboxRow:
 
 _ROW_FIELDS = tuple(f.name for f in fields(OutboxRow))
 
-# Hot statements: built once, run on the driver's cursor (see prepared.py).
+# Hot statements: built once, run on the driver's cursor (see shared/db/prepared.py).
 _ADD_COLUMNS = (
     "lane",
     "turn_id",

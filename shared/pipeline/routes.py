@@ -18,7 +18,7 @@ from shared.db.schema import routes, sessions
 from shared.pipeline.leases import Lease, LeaseLost
 
 # Statements are built once (values bound at execute) and run on the driver's cursor
-# (prepared.py): these run several times per turn, inside the write lock.
+# (shared/db/prepared.py): these run several times per turn, inside the write lock.
 
 # --- the key's lease ---
 

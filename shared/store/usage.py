@@ -123,7 +123,7 @@ def _daily(items: Sequence[Priced]) -> dict[str, Any]:
 
 class _Upsert:
     """Insert a rollup row, or add to the one at its key: built once per table, one statement
-    per dialect (SQLite's runs on the driver's cursor, see prepared.py)."""
+    per dialect (SQLite's runs on the driver's cursor, see shared/db/prepared.py)."""
 
     def __init__(
         self, table: Table, keys: Sequence[str], adds: Sequence[str], fixed: Sequence[str] = ()
