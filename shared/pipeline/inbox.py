@@ -211,6 +211,18 @@ def record_turn(
     )
 
 
+def move_chat(conn: Connection, platform: str, old: str, new: str) -> int:
+    """Open turns of `platform` chat `old` now belong to chat `new` (the chat changed its id);
+    how many moved."""
+    return int(
+        conn.execute(
+            update(inbox)
+            .where(inbox.c.platform == platform, inbox.c.chat_id == old, _IS_OPEN)
+            .values(chat_id=new)
+        ).rowcount
+    )
+
+
 def cancelled_before(conn: Connection, key: str, seq: int, since: float) -> bool:
     """Whether a turn of `key` older than `seq` was cancelled at or after `since` (a /stop
     that arrived at `since` found it running)."""

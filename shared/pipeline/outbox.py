@@ -203,3 +203,17 @@ def pending_by_platform(conn: Connection) -> dict[str, int]:
         .group_by(outbox.c.platform)
     ).all()
     return {str(platform): int(count) for platform, count in rows}
+
+
+def move_chat(conn: Connection, platform: str, old: str, new: str) -> int:
+    """Pending replies to `platform` chat `old` go to chat `new`, in its lane (the chat changed
+    its id); how many moved."""
+    return int(
+        conn.execute(
+            update(outbox)
+            .where(
+                outbox.c.platform == platform, outbox.c.chat_id == old, outbox.c.status == PENDING
+            )
+            .values(chat_id=new, lane=lane_for(platform, new))
+        ).rowcount
+    )

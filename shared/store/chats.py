@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, update
 
 from shared.db.meta import get_meta, set_meta
-from shared.db.schema import inbox, outbox, sessions
+from shared.db.schema import sessions
+from shared.pipeline import inbox as inbox_rows
+from shared.pipeline import outbox as outbox_rows
 from shared.pipeline import routes as route_rows
-from shared.pipeline.outbox import PENDING, lane_for
 
 HOME_PREFIX = "home_channel."
-OPEN = ("waiting", "running")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,16 +139,8 @@ def migrate_chat(conn: Connection, platform: str, old: str, new: str, now: float
                 .values(chat_id=new, session_key=new_key)
             )
         moved_routes += 1
-    turns = conn.execute(
-        update(inbox)
-        .where(inbox.c.platform == platform, inbox.c.chat_id == old, inbox.c.status.in_(OPEN))
-        .values(chat_id=new)
-    ).rowcount
-    replies = conn.execute(
-        update(outbox)
-        .where(outbox.c.platform == platform, outbox.c.chat_id == old, outbox.c.status == PENDING)
-        .values(chat_id=new, lane=lane_for(platform, new))
-    ).rowcount
+    turns = inbox_rows.move_chat(conn, platform, old, new)
+    replies = outbox_rows.move_chat(conn, platform, old, new)
     other_sessions = conn.execute(
         update(sessions)
         .where(sessions.c.source == platform, sessions.c.chat_id == old)
