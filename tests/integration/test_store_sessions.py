@@ -438,6 +438,46 @@ def test_listing_by_activity_with_source_filter_and_limit(store: Store) -> None:
         assert not more
 
 
+def test_deep_pages_walk_every_session_once_in_activity_order(store: Store) -> None:
+    """Pages at any offset, ties on last activity included, are the slices of the full order
+    (the page is picked on the narrow columns and its rows read after)."""
+    _walk_pages(store)
+
+
+def test_deep_pages_on_postgresql(postgres_url: str) -> None:
+    store = open_store(postgres_url)
+    try:
+        with store.write() as conn:  # this checkout's own database: start from no sessions
+            conn.execute(text("DELETE FROM messages"))
+            conn.execute(text("DELETE FROM sessions"))
+        _walk_pages(store, "deep-")
+    finally:
+        with store.write() as conn:
+            conn.execute(text("DELETE FROM sessions WHERE id LIKE 'deep-%'"))
+        store.close()
+
+
+def _walk_pages(store: Store, prefix: str = "s") -> None:
+    with store.write() as conn:
+        for i in range(60):
+            new(conn, f"{prefix}{i:02d}", now=float(i // 4), source="cli" if i % 3 else "slack")
+    for source in (None, "cli", "slack"):
+        with store.read() as conn:
+            whole = session_rows.list_sessions(conn, source=source, limit=1000)[0]
+            expected = [r.record.id for r in whole if r.record.id.startswith(prefix)]
+            assert len(expected) == len(whole)
+            assert expected == [
+                r.record.id
+                for r in sorted(whole, key=lambda r: (r.record.last_active_at, r.record.id))[::-1]
+            ]
+            walked: list[str] = []
+            for offset in range(0, len(expected) + 7, 7):
+                rows, more = session_rows.list_sessions(conn, source=source, limit=7, offset=offset)
+                walked += [r.record.id for r in rows]
+                assert more == (offset + 7 < len(expected))
+        assert walked == expected
+
+
 # --- counters stay exact ---
 
 SOURCES = ["cli", "telegram", "slack"]
