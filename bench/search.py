@@ -35,10 +35,12 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import search_recall
 from bench.common import quantile
 from bench.corpus import build_store, vocabulary
 from shared.db import Store, open_store
 from shared.search.tool import run
+from shared.store import sessions as session_rows
 from shared.unsegmented import char_class
 
 FULL = {"sessions": 21_000, "messages": 1_500_000}
@@ -138,6 +140,8 @@ def _queries(db: sqlite3.Connection, n: int, seed: int) -> dict[str, list[dict[s
         )
     ]
     firsts, seconds = rnd.sample(mid, n), rnd.sample(mid, n)
+    sessions = db.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    depth = min(PAGE_DEPTH, sessions // 2)
     return {
         "rare_term": [{"query": w} for w in _rare(db, rnd, n)],
         "common_term": [{"query": w} for w in words[:n]],
@@ -148,6 +152,7 @@ def _queries(db: sqlite3.Connection, n: int, seed: int) -> dict[str, list[dict[s
         "cjk_4char": [{"query": piece(4)} for _ in range(n)],
         "scroll": scroll,
         "browse": [{} for _ in range(n)],
+        "deep_page": [{"offset": depth + rnd.randrange(20)} for _ in range(n)],
     }
 
 
@@ -160,8 +165,9 @@ def _time(call: Callable[[], dict[str, Any]]) -> tuple[float, float, dict[str, A
 
 
 def _measure(store: Store, queries: dict[str, list]) -> dict[str, dict[str, Any]]:
-    for args in [q for qs in queries.values() for q in qs[:3]]:  # warm the connection pool
-        run(store, args, None)
+    for name, calls in queries.items():  # warm the connection pool
+        for args in calls[:3]:
+            _ours_call(store, name, args)()
     report: dict[str, dict[str, Any]] = {}
     for name, calls in queries.items():
         if not calls:
@@ -171,7 +177,7 @@ def _measure(store: Store, queries: dict[str, list]) -> dict[str, dict[str, Any]
         cpu: list[float] = []
         found = errors = 0
         for args in calls:
-            ms, cpu_ms, result = _time(lambda args=args: run(store, args, None))
+            ms, cpu_ms, result = _time(_ours_call(store, name, args))
             times.append(ms)
             cpu.append(cpu_ms)
             errors += "error" in result
@@ -199,24 +205,53 @@ PLAIN_LIKE = (
     "SELECT id, session_id, substr(content, 1, 200) FROM messages"
     " WHERE content LIKE ? ORDER BY timestamp DESC LIMIT 50"
 )
+PLAIN_PAGE = "SELECT * FROM sessions ORDER BY last_active_at DESC LIMIT 20 OFFSET ?"
+PAGE_DEPTH = 10_000  # `sessions list` at this offset (half the sessions in a small store)
 
 
-def _plain(db: sqlite3.Connection, queries: dict[str, list], n: int) -> dict[str, dict[str, Any]]:
-    """The plain alternative on the same file, `n` queries per class: FTS5 ranked by bm25 over
-    every match (`ORDER BY rank LIMIT 50`, no bound) for words, and `LIKE '%...%'` (a scan)
-    for CJK substrings, which is what a store without a trigram index has to do."""
+def _plain_call(db: sqlite3.Connection, name: str, args: dict[str, Any]) -> Callable[[], Any]:
+    """The plain alternative of one call: FTS5 ranked by bm25 over every match
+    (`ORDER BY rank LIMIT 50`, no bound) for words, `LIKE '%...%'` (a scan) for CJK, which is
+    what a store without a trigram index has to do, OFFSET over the sessions for a deep page."""
+    if name == "deep_page":
+        return lambda: db.execute(PLAIN_PAGE, (args["offset"],)).fetchall()
+    if name.startswith("cjk"):
+        return lambda: db.execute(PLAIN_LIKE, (f"%{args['query']}%",)).fetchall()
+    return lambda: db.execute(PLAIN_FTS, (args["query"],)).fetchall()
+
+
+def _ours_call(store: Store, name: str, args: dict[str, Any]) -> Callable[[], Any]:
+    if name == "deep_page":
+
+        def page() -> dict[str, Any]:
+            with store.read() as conn:
+                rows, _more = session_rows.list_sessions(conn, limit=20, offset=args["offset"])
+            return {"sessions": rows}
+
+        return page
+    return lambda: run(store, args, None)
+
+
+def _plain(
+    store: Store, db: sqlite3.Connection, queries: dict[str, list], n: int
+) -> dict[str, dict[str, Any]]:
+    """Ours beside the plain alternative, `n` calls per class, alternating call by call on
+    the same queries (so both see the same machine load)."""
     report: dict[str, dict[str, Any]] = {}
-    for name in ("common_term", "prefix", "phrase", "cjk_2char"):
-        sql = PLAIN_LIKE if name.startswith("cjk") else PLAIN_FTS
-        times = []
-        for args in queries[name][:n]:
-            term = f"%{args['query']}%" if name.startswith("cjk") else args["query"]
-            ms, _cpu, _rows = _time(lambda sql=sql, term=term: db.execute(sql, (term,)).fetchall())
-            times.append(ms)
+    for name, calls in queries.items():
+        if name in {"scroll", "browse"} or not calls:
+            continue
+        ours: list[float] = []
+        plain: list[float] = []
+        for args in calls[:n]:
+            plain.append(_time(_plain_call(db, name, args))[0])
+            ours.append(_time(_ours_call(store, name, args))[0])
         report[name] = {
-            "n": len(times),
-            "p50_ms": round(statistics.median(times), 2),
-            "max_ms": round(max(times), 2),
+            "n": len(plain),
+            "plain_p50_ms": round(statistics.median(plain), 2),
+            "plain_p99_ms": round(quantile(plain, 0.99), 2),
+            "ours_p50_ms": round(statistics.median(ours), 2),
+            "ours_p99_ms": round(quantile(ours, 0.99), 2),
         }
         print(f"{'plain ' + name:>19}: {json.dumps(report[name])}")
     return report
@@ -252,7 +287,7 @@ def _sizes(db: sqlite3.Connection) -> dict[str, Any]:
 
 
 def _verdict(report: dict[str, dict[str, Any]], key: str) -> dict[str, bool]:
-    discover = [v[key] for k, v in report.items() if k not in {"scroll", "browse"}]
+    discover = [v[key] for k, v in report.items() if k not in {"scroll", "browse", "deep_page"}]
     return {
         "discover_p99_le_50ms": max(discover) <= TARGET_MS["discover_p99"],
         "scroll_p99_le_2ms": report["scroll"][key] <= TARGET_MS["scroll_p99"],
@@ -280,21 +315,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", type=int, default=100, help="queries per class (>= 50)")
     parser.add_argument("--seed", type=int, default=1, help="corpus seed")
     parser.add_argument(
-        "--plain", type=int, default=10, help="queries per class for the plain alternative"
+        "--plain", type=int, default=50, help="calls per class timed beside the plain alternative"
     )
+    parser.add_argument(
+        "--after-prune",
+        action="store_true",
+        help="measure a copy of the store after the product's prune took 25%% of its messages",
+    )
+    parser.add_argument("--facts", type=int, default=200, help="planted facts for recall@3")
     args = parser.parse_args(argv)
     size = QUICK if args.quick else FULL
+    pruning: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as scratch:
         path = args.db or Path(scratch) / "state.db"
         meta = _store(path, size, args.seed, reuse=args.db is not None)
+        if args.after_prune:
+            print("pruning 25% of the messages of a copy through the product's sweep ...")
+            path, pruning = search_recall.pruned_copy(path)
+            print(f"       pruned: {json.dumps(pruning)}")
         db = sqlite3.connect(path)
         queries = _queries(db, max(50, args.queries), args.seed + 10)
+        facts = search_recall.plant(db, args.facts, args.seed + 20)
         store = open_store(f"sqlite:///{path}")
         try:
             report = _measure(store, queries)
+            plain = _plain(store, db, queries, args.plain)
+            recall = search_recall.recall(store, db, facts)
+            print(f"       recall: {json.dumps(recall)}")
         finally:
             store.close()
-        plain = _plain(db, queries, args.plain)
+            search_recall.restore(db, facts)
         sizes = _sizes(db)
         messages = db.execute("SELECT count(*) FROM messages").fetchone()[0]
         sessions = db.execute("SELECT count(*) FROM sessions").fetchone()[0]
@@ -312,11 +362,17 @@ def main(argv: list[str] | None = None) -> None:
         **sizes,
         "common_term_min_session_share": share,
         "classes": report,
-        "plain": plain,
-        "speedup_p50_over_plain": {
-            name: round(value["p50_ms"] / max(report[name]["p50_ms"], 1e-3), 1)
+        "after_prune": pruning,
+        "beside_plain": plain,
+        "plain_over_ours": {
+            name: {
+                "p50": round(v["plain_p50_ms"] / max(v["ours_p50_ms"], 1e-3), 2),
+                "p99": round(v["plain_p99_ms"] / max(v["ours_p99_ms"], 1e-3), 2),
+            }
             for name, value in plain.items()
+            for v in (value,)
         },
+        "recall": recall,
         "targets_met_wall": _verdict(report, "p99_ms"),
         "targets_met_cpu": _verdict(report, "cpu_p99_ms"),
         "load_average": [round(x, 2) for x in os.getloadavg()],
