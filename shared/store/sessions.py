@@ -4,7 +4,7 @@ lineages: `shared.store.lineage`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import Connection, Text, and_, bindparam, delete, func, insert, select, update
@@ -17,6 +17,7 @@ from shared.model import SessionRecord
 from shared.titles import TitleSource, validate_title
 
 PREVIEW_CHARS = 60
+RECORD_COLUMNS = tuple(sessions.c[f.name] for f in fields(SessionRecord))
 
 
 def create_session(
@@ -151,26 +152,39 @@ def list_sessions(
     if source:
         page = page.where(sessions.c.source == source)
     ids = page.limit(limit + 1).offset(offset).scalar_subquery()
-    rows = conn.execute(select(sessions).where(sessions.c.id.in_(ids)).order_by(*order)).all()
+    first = _first_user_content(sessions.c.id, PREVIEW_CHARS)
+    rows = conn.execute(
+        select(*RECORD_COLUMNS, first).where(sessions.c.id.in_(ids)).order_by(*order)
+    ).all()
     more = len(rows) > limit
-    listings = [
-        SessionListing(SessionRecord.from_row(row), first_user_text(conn, row.id))
+    listings = [  # by position: a mapping lookup per field cost more than the query
+        SessionListing(SessionRecord(*row[:-1]), _preview(row[-1], PREVIEW_CHARS))
         for row in rows[:limit]
     ]
     return listings, more
 
 
-def first_user_text(conn: Connection, session_id: str, chars: int = PREVIEW_CHARS) -> str:
-    content = conn.execute(
+def _first_user_content(session_id: Any, chars: int) -> Any:
+    """The start of a session's first user message (enough for a `chars` preview), as a scalar
+    subquery: the listing reads its previews in the same statement as its rows."""
+    return (
         select(func.substr(messages.c.content, 1, chars * 4))
         .where(messages.c.session_id == session_id, messages.c.role == "user")
         .order_by(messages.c.id)
         .limit(1)
-    ).scalar()
+        .scalar_subquery()
+    )
+
+
+def _preview(content: object, chars: int) -> str:
     if not content:
         return ""
     flat = " ".join(without_mentions(str(content)).split())
     return flat if len(flat) <= chars else flat[: chars - 1].rstrip() + "…"
+
+
+def first_user_text(conn: Connection, session_id: str, chars: int = PREVIEW_CHARS) -> str:
+    return _preview(conn.execute(select(_first_user_content(session_id, chars))).scalar(), chars)
 
 
 @dataclass(frozen=True, slots=True)
