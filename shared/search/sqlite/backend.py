@@ -162,17 +162,25 @@ def _ordered(
 
 def _df_estimate(db: sqlite3.Connection, table: str, expr: str, top: int) -> int:
     """How many messages match `expr`, from how far back its newest RANK_WINDOW matches go."""
-    rows = db.execute(
-        f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT {RANK_WINDOW}",
+    found, oldest, newest = db.execute(
+        f"SELECT count(*), min(rowid), max(rowid) FROM (SELECT rowid FROM {table}"
+        f" WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT {RANK_WINDOW})",
         (expr,),
-    ).fetchall()
-    return _from_window([int(r[0]) for r in rows], top)
+    ).fetchone()
+    return _from_span(int(found), oldest, newest, top)
 
 
 def _from_window(rowids: Sequence[int], top: int) -> int:
-    if len(rowids) < RANK_WINDOW:
-        return len(rowids)
-    span = max(1, rowids[0] - rowids[-1])
+    """The estimate from a window's rowids, newest first."""
+    return _from_span(
+        len(rowids), rowids[-1] if rowids else None, rowids[0] if rowids else None, top
+    )
+
+
+def _from_span(found: int, oldest: int | None, newest: int | None, top: int) -> int:
+    if found < RANK_WINDOW or oldest is None or newest is None:
+        return found
+    span = max(1, newest - oldest)
     return RANK_WINDOW * max(top, span) // span
 
 
