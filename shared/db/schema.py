@@ -42,8 +42,8 @@ sessions = Table(
     Column("message_count", Integer, nullable=False, server_default=text("0")),
     Column("input_tokens", Integer, nullable=False, server_default=text("0")),
     Column("output_tokens", Integer, nullable=False, server_default=text("0")),
-    Index("ix_sessions_last_active", "last_active_at"),
-    Index("ix_sessions_source_last_active", "source", "last_active_at"),
+    Index("ix_sessions_last_active", "last_active_at", "id"),  # the listing order (0009)
+    Index("ix_sessions_source_last_active", "source", "last_active_at", "id"),
     Index("ix_sessions_parent", "parent_session_id"),
     Index("ix_sessions_session_key", "session_key", "started_at"),
     Index(
