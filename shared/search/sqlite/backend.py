@@ -210,10 +210,14 @@ def _scoring(db: sqlite3.Connection, table: str, expr: str, terms: Sequence[Weig
     known: dict[str, int] = {}
 
     def cheap(term: Weighed) -> bool:
+        """Whether some word of the term is in at most `cap` messages (then the phrase is
+        counted along that word's doclist); stops probing at the first such word."""
         for probe in term.probes:
             if probe not in known:
                 known[probe] = _df_estimate(db, table, probe, top)
-        return bool(term.probes) and min(known[p] for p in term.probes) <= cap
+            if known[probe] <= cap:
+                return True
+        return False
 
     kept = [term for term in terms if cheap(term)]
     if terms and len(kept) == len(terms):
