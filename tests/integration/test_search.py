@@ -360,6 +360,28 @@ def test_short_common_term_paths(store: Store, log: Log, monkeypatch: pytest.Mon
     assert ids(call(store, query="测", sort="oldest", limit=2)) == ["s0", "s1"]
 
 
+def test_common_short_term_beside_a_rare_one(
+    store: Store, log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`我 配置 鹓鶵鸑鷟`: the rare term chooses the rows (the common short ones, too common to
+    expand, are checked on them), so an old fact past the directly checked newest messages is
+    found, in every order, and nothing holding only the common terms comes with it."""
+    from shared.store import sqlite_search
+
+    log.session("old", ["我之前说过配置里的鹓鶵鸑鷟应该是42", "好的"])
+    log.session("rare-only", ["鹓鶵鸑鷟是什么", "不知道"])
+    for i in range(6):
+        log.session(f"new{i}", [f"我说过配置第{i}次{'的' * i}", "好的"])
+    monkeypatch.setattr(sqlite_search, "MAX_EXPANSION", 1)
+    monkeypatch.setattr(sqlite_search, "SCAN_ROWS", 2)
+    monkeypatch.setattr(sqlite_search, "SCAN_CHUNK", 2)
+    for sort in (None, "newest", "oldest"):
+        assert ids(call(store, query="我 配置 鹓鶵鸑鷟", sort=sort, limit=10)) == ["old"], sort
+    assert set(ids(call(store, query="我 配置", limit=10))) == {"old"} | {
+        f"new{i}" for i in range(6)
+    }
+
+
 def test_cjk_index_follows_deletes_and_edits(store: Store, log: Log) -> None:
     from sqlalchemy import text
 

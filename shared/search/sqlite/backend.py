@@ -55,6 +55,7 @@ from sqlalchemy import Connection
 from shared.search.backend import Filters, Hit, Order
 from shared.search.query import All, Any, Node, Query, QueryError, Term
 from shared.search.sqlite.compiler import (
+    ANY_ROW,
     TRIGRAM,
     Expander,
     compile_substrings,
@@ -320,6 +321,13 @@ def _substring_hits(
 ) -> Iterator[Hit]:
     expander = Expander(db, MAX_EXPANSION)
     expr = compile_substrings(tree, expander)
+    if expander.overflowed:
+        # A common short term beside rarer ones (`我 配置 鹓鶵鸑鷟`): the others choose the rows.
+        expander = Expander(db, MAX_EXPANSION, unbounded=True)
+        narrowed = compile_substrings(tree, expander)
+        if narrowed != ANY_ROW:
+            expr = narrowed
+            expander.overflowed = False
     if not expander.overflowed:
         if expr is None:
             return

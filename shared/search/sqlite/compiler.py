@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from shared.search.query import All, Any, Node, Term
 
 TRIGRAM = 3
+ANY_ROW = ""  # with `Expander.unbounded`: a term too common to narrow the rows down
 MAX_CODE_POINT = chr(0x10FFFF)
 
 
@@ -47,6 +48,9 @@ class Expander:
     cap: int | None
     overflowed: bool = False
     seen: dict[str, list[str]] = field(default_factory=dict)
+    cut: set[str] = field(default_factory=set)  # the terms whose list was cut
+    # An overflowing term becomes ANY_ROW (no narrowing) instead of a cut list of trigrams.
+    unbounded: bool = False
 
     def trigrams(self, text: str) -> list[str]:
         if text in self.seen:
@@ -58,6 +62,7 @@ class Expander:
         ).fetchall()
         if self.cap is not None and len(rows) > self.cap:
             self.overflowed = True
+            self.cut.add(text)
             rows = rows[: self.cap]
         self.seen[text] = [str(row[0]) for row in rows]
         return self.seen[text]
@@ -73,15 +78,22 @@ def compile_substrings(node: Node, expander: Expander) -> str | None:
             grams = list(dict.fromkeys(text[i : i + TRIGRAM] for i in range(len(text) - 2)))
             return _joined(" AND ", [quote(g) for g in grams])
         grams = expander.trigrams(text)
+        if expander.unbounded and text in expander.cut:
+            return ANY_ROW
         return _joined(" OR ", [quote(g) for g in grams]) if grams else None
     if isinstance(node, Any):
-        options = [e for e in (compile_substrings(c, expander) for c in node.options) if e]
+        compiled = [compile_substrings(c, expander) for c in node.options]
+        if ANY_ROW in compiled:
+            return ANY_ROW
+        options = [e for e in compiled if e]
         return _joined(" OR ", options) if options else None
     assert isinstance(node, All)
     must = [compile_substrings(child, expander) for child in node.must]
     if any(e is None for e in must):
         return None
-    return _joined(" AND ", [e for e in must if e])
+    narrowing = [e for e in must if e and e != ANY_ROW]
+    # A common short term narrows nothing: the other terms choose the rows, `predicate` checks it.
+    return _joined(" AND ", narrowing) if narrowing else ANY_ROW
 
 
 def _joined(operator: str, parts: list[str]) -> str:
