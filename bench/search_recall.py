@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shared.db import Store
 from shared.search.tool import run
-from shared.store import Store
 
 ENGLISH = "what did I say about the {rare} in the config before, it was {value}"
 ENGLISH_QUERY = "about the {rare} in the config"

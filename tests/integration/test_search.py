@@ -366,7 +366,7 @@ def test_common_short_term_beside_a_rare_one(
     """`我 配置 鹓鶵鸑鷟`: the rare term chooses the rows (the common short ones, too common to
     expand, are checked on them), so an old fact past the directly checked newest messages is
     found, in every order, and nothing holding only the common terms comes with it."""
-    from shared.store import sqlite_search
+    from shared.search.sqlite import backend as sqlite_search
 
     log.session("old", ["我之前说过配置里的鹓鶵鸑鷟应该是42", "好的"])
     log.session("rare-only", ["鹓鶵鸑鷟是什么", "不知道"])
