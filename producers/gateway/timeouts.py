@@ -17,7 +17,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from shared.settings import GatewaySettings
+from shared.sections import GatewaySettings
 
 HEAD_SECONDS = 10.0
 BODY_SECONDS = 20.0

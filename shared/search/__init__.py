@@ -5,7 +5,7 @@ the agent (a `Viewer` limits either to what the asker may see); `query.parse` fo
 language. Dialects plug in through `backend`.
 """
 
-from shared.search.engine import search
+from shared.search.calls import search
 from shared.search.query import QueryError, parse
 from shared.search.request import RequestError, SearchRequest
 from shared.store.visibility import Viewer

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.db.engine import Store
-from shared.search.engine import error, search
+from shared.search.calls import error, search
 from shared.search.request import DEFAULT_WINDOW, MAX_LIMIT, MAX_WINDOW, RequestError, SearchRequest
 from shared.store.visibility import Viewer
 

@@ -24,7 +24,7 @@ from sqlalchemy import Connection
 
 from shared.db import sqlite
 from shared.db.engine import Store
-from shared.settings import MaintenanceSettings
+from shared.sections import MaintenanceSettings
 from shared.store.sessions import prune_batch
 
 # Runs first inside every write transaction (the sweep checks its lease there); raises to stop.

@@ -17,7 +17,7 @@ from typing import Any
 
 import openai
 
-from shared.settings import Endpoint
+from shared.sections import Endpoint
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from shared.db import Store
-from shared.settings import Endpoint, Settings
+from shared.sections import Endpoint
+from shared.settings import Settings
 from workers.agent.auxiliary import Auxiliary, ModelAuxiliary, OfflineAuxiliary
 from workers.agent.base import Agent
 from workers.agent.client import ChatClient

@@ -19,7 +19,7 @@ from shared.maintenance import (
     reset_reason,
 )
 from shared.pipeline import outbox
-from shared.settings import ResetOverrideSettings, SessionResetSettings
+from shared.sections import ResetOverrideSettings, SessionResetSettings
 from shared.store import housekeeping as hk
 from shared.wording import plural
 from workers.flush import deliver_now
