@@ -35,7 +35,8 @@ from shared.settings import Settings
 from shared.store import lineage, messages
 from shared.store import sessions as session_rows
 from shared.store.memory import LOCAL_USER
-from shared.store.resume import latest_session, leave_terminal, lineage_head, reopen_session
+from shared.store.resume import latest_session, leave_terminal, lineage_head
+from shared.store.sessions import reopen_session
 from shared.store.visibility import Viewer
 from shared.turns import Attachment, InboundTurn
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection
 
 from shared.db.meta import get_meta, set_meta
-from shared.db.schema import sessions
 from shared.pipeline import inbox as inbox_rows
 from shared.pipeline import outbox as outbox_rows
 from shared.pipeline import routes as route_rows
+from shared.store import sessions as session_rows
 
 HOME_PREFIX = "home_channel."
 
@@ -133,19 +133,11 @@ def migrate_chat(conn: Connection, platform: str, old: str, new: str, now: float
             continue
         route_rows.move_to_chat(conn, route, platform, new, new_key, now)
         if route.session_id is not None:
-            conn.execute(
-                update(sessions)
-                .where(sessions.c.id == route.session_id)
-                .values(chat_id=new, session_key=new_key)
-            )
+            session_rows.move_to_chat(conn, route.session_id, new, new_key)
         moved_routes += 1
     turns = inbox_rows.move_chat(conn, platform, old, new)
     replies = outbox_rows.move_chat(conn, platform, old, new)
-    other_sessions = conn.execute(
-        update(sessions)
-        .where(sessions.c.source == platform, sessions.c.chat_id == old)
-        .values(chat_id=new)
-    ).rowcount
+    other_sessions = session_rows.move_chat(conn, platform, old, new)
     home = get_home_channel(conn, platform)  # only a /sethome one: settings are not ours to edit
     home_moved = home is not None and home.chat_id == old
     if home is not None and home_moved:

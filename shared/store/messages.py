@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, insert, select, update
+from sqlalchemy import Connection, bindparam, case, delete, insert, select, update
 
 from shared.db.errors import SessionNotFound
 from shared.db.prepared import Prepared
@@ -167,3 +167,21 @@ def first_exchange_rows(
         .limit(limit)
     ).all()
     return [(str(row.role), str(row.content)) for row in rows]
+
+
+def insert_imported(conn: Connection, session_id: str, rows: Sequence[dict[str, Any]]) -> None:
+    """An imported session's messages as the export line holds them (counters come with the
+    session row; the search index follows by trigger)."""
+    if rows:
+        conn.execute(insert(messages), [{**row, "session_id": session_id} for row in rows])
+
+
+def trim_oldest(conn: Connection, session_id: str, count: int) -> int:
+    """Delete the oldest `count` messages of a session that is being pruned; how many went."""
+    oldest = (
+        select(messages.c.id)
+        .where(messages.c.session_id == session_id)
+        .order_by(messages.c.id)
+        .limit(count)
+    )
+    return int(conn.execute(delete(messages).where(messages.c.id.in_(oldest))).rowcount)

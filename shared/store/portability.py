@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from sqlalchemy import Column, Connection, Float, Integer, Row, exc, func, insert, select, update
+from sqlalchemy import Column, Connection, Float, Integer, Row, exc, func, select
 
 from shared.db.engine import Store
 from shared.db.errors import TitleInUse
 from shared.db.schema import messages, sessions
 from shared.ids import is_safe_session_id
+from shared.store import messages as message_rows
+from shared.store import sessions as session_rows
 from shared.store.sessions import title_holder
 from shared.titles import TitleError, TitleSource, validate_title
 
@@ -316,10 +318,8 @@ def write_session(conn: Connection, parsed: ParsedSession) -> int | None:
         holder = title_holder(conn, title)
         if holder is not None:
             raise BadLine(str(TitleInUse(title, holder)))
-    conn.execute(insert(sessions).values(**parsed.values))
-    if parsed.messages:
-        rows = [{**row, "session_id": parsed.id} for row in parsed.messages]
-        conn.execute(insert(messages), rows)
+    session_rows.insert_imported(conn, parsed.values)
+    message_rows.insert_imported(conn, parsed.id, parsed.messages)
     return len(parsed.messages)
 
 
@@ -403,11 +403,7 @@ class _Importer:
             with self.store.write() as conn:
                 for child, parent in pending[start : start + LINK_BATCH]:
                     if session_exists(conn, parent):
-                        conn.execute(
-                            update(sessions)
-                            .where(sessions.c.id == child, sessions.c.parent_session_id.is_(None))
-                            .values(parent_session_id=parent)
-                        )
+                        session_rows.link_parent(conn, child, parent)
                         self.report.parents_linked += 1
                     else:
                         self.report.parents_dropped += 1

@@ -6,8 +6,8 @@ A compressed session ends with `end_reason` "compression" and its continuation n
 
 Leaving the terminal (`/exit`, Ctrl-D, the end of `chat -q`) ends its session with
 `end_reason` "cli_exit", so `sessions prune` and auto-prune can remove it in time; resuming
-reopens it (`reopen_session`, as Hermes does). A turn the terminal sent before it left still
-belongs to that session: the drain runs it there and leaves the session ended
+reopens it (`sessions.reopen_session`, as Hermes does). A turn the terminal sent before it
+left still belongs to that session: the drain runs it there and leaves the session ended
 (`runs_in_left_session`); a turn sent after the end (another terminal on the same session)
 reopens it. `/new` and `/reset` end a session the same way with their own reasons; a
 session that holds nothing (no message, no title — only commands ran in it) is deleted
@@ -16,16 +16,21 @@ instead of kept, so repeated `/new` leaves no empty sessions behind (`close_sess
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, delete, or_, select, update
+from sqlalchemy import Connection, or_, select
 
 from shared.db.schema import sessions
 from shared.model import SessionRecord
 from shared.pipeline.inbox import has_open_turns
 from shared.pipeline.routes import route_session_id
 from shared.platforms import CLI
-from shared.store.sessions import end_session, get_session
+from shared.store.sessions import (
+    COMPRESSION,
+    delete_session,
+    end_session,
+    get_session,
+    reopen_session,
+)
 
-COMPRESSION = "compression"
 CLI_EXIT = "cli_exit"
 MAX_CHAIN = 10_000
 
@@ -64,21 +69,6 @@ def latest_session(conn: Connection, source: str) -> SessionRecord | None:
     return SessionRecord.from_row(row) if row else None
 
 
-def reopen_session(conn: Connection, session_id: str) -> bool:
-    """Clear the end of a session ended by leaving the terminal, /new, /reset or a reset sweep
-    (never a compressed one: its conversation goes on in the continuation)."""
-    result = conn.execute(
-        update(sessions)
-        .where(
-            sessions.c.id == session_id,
-            sessions.c.ended_at.is_not(None),
-            sessions.c.end_reason != COMPRESSION,
-        )
-        .values(ended_at=None, end_reason=None)
-    )
-    return result.rowcount > 0
-
-
 def holds_nothing(session: SessionRecord) -> bool:
     """No message and no title: a session made only to run commands in."""
     return session.message_count == 0 and session.title is None
@@ -88,7 +78,7 @@ def drop_if_empty(conn: Connection, session_id: str) -> None:
     """Delete the session if it holds nothing (made just to run a command)."""
     session = get_session(conn, session_id)
     if session is not None and holds_nothing(session):
-        conn.execute(delete(sessions).where(sessions.c.id == session_id))
+        delete_session(conn, session_id)
 
 
 def close_session(conn: Connection, session_id: str, reason: str, now: float) -> str:
@@ -98,7 +88,7 @@ def close_session(conn: Connection, session_id: str, reason: str, now: float) ->
     if session is None or session.ended_at is not None:
         return ""
     if holds_nothing(session):
-        conn.execute(delete(sessions).where(sessions.c.id == session_id))
+        delete_session(conn, session_id)
         return "dropped"
     return "ended" if end_session(conn, session_id, reason, now) else ""
 

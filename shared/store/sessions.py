@@ -14,7 +14,10 @@ from shared.db.prepared import Prepared
 from shared.db.schema import messages, sessions, source_stats
 from shared.mentions import without_mentions
 from shared.model import SessionRecord
+from shared.store import messages as message_rows
 from shared.titles import TitleSource, validate_title
+
+COMPRESSION = "compression"  # the end reason of a session continued in a compressed child
 
 PREVIEW_CHARS = 60
 RECORD_COLUMNS = tuple(sessions.c[f.name] for f in fields(SessionRecord))
@@ -125,6 +128,54 @@ def end_session(conn: Connection, session_id: str, reason: str, now: float) -> b
         .values(ended_at=now, end_reason=reason)
     )
     return result.rowcount > 0
+
+
+def reopen_session(conn: Connection, session_id: str) -> bool:
+    """Clear the end of a session ended by leaving the terminal, /new, /reset or a reset sweep
+    (never a compressed one: its conversation goes on in the continuation)."""
+    result = conn.execute(
+        update(sessions)
+        .where(
+            sessions.c.id == session_id,
+            sessions.c.ended_at.is_not(None),
+            sessions.c.end_reason != COMPRESSION,
+        )
+        .values(ended_at=None, end_reason=None)
+    )
+    return result.rowcount > 0
+
+
+def move_to_chat(conn: Connection, session_id: str, chat_id: str, session_key: str) -> None:
+    """A session follows its chat to a new id (a Telegram group became a supergroup)."""
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values(chat_id=chat_id, session_key=session_key)
+    )
+
+
+def move_chat(conn: Connection, source: str, old: str, new: str) -> int:
+    """Every other session of chat `old` on `source` now names chat `new`; how many."""
+    result = conn.execute(
+        update(sessions)
+        .where(sessions.c.source == source, sessions.c.chat_id == old)
+        .values(chat_id=new)
+    )
+    return int(result.rowcount)
+
+
+def insert_imported(conn: Connection, values: dict[str, Any]) -> None:
+    """A session row as an export line holds it (checked by the importer; parent set later)."""
+    conn.execute(insert(sessions).values(**values))
+
+
+def link_parent(conn: Connection, child: str, parent: str) -> None:
+    """Give an imported session its parent, unless it has one already."""
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.id == child, sessions.c.parent_session_id.is_(None))
+        .values(parent_session_id=parent)
+    )
 
 
 def delete_session(conn: Connection, session_id: str) -> bool:
@@ -322,7 +373,7 @@ def prune_batch(
     for row in picked:
         if max_messages is not None and taken + row.message_count > max_messages:
             if not chosen:
-                return 0, _trim_messages(conn, row.id, max_messages)
+                return 0, message_rows.trim_oldest(conn, row.id, max_messages)
             break
         chosen.append(row.id)
         taken += int(row.message_count)
@@ -330,17 +381,6 @@ def prune_batch(
         return 0, 0
     result = conn.execute(delete(sessions).where(sessions.c.id.in_(chosen)))
     return result.rowcount, taken
-
-
-def _trim_messages(conn: Connection, session_id: str, count: int) -> int:
-    """Delete the oldest `count` messages of a session that is being pruned; how many went."""
-    oldest = (
-        select(messages.c.id)
-        .where(messages.c.session_id == session_id)
-        .order_by(messages.c.id)
-        .limit(count)
-    )
-    return conn.execute(delete(messages).where(messages.c.id.in_(oldest))).rowcount
 
 
 # --- added for the agent (model snapshot) ---

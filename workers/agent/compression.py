@@ -20,7 +20,7 @@ from shared.pipeline import routes
 from shared.platforms import gateway_platforms
 from shared.store import lineage, messages, usage
 from shared.store import sessions as session_rows
-from shared.store.resume import COMPRESSION
+from shared.store.sessions import COMPRESSION
 from shared.titles import TitleSource
 from shared.usage import ModelCall
 from workers.agent.auxiliary import Auxiliary, AuxiliaryUnavailable, OfflineAuxiliary

@@ -22,7 +22,8 @@ from shared.model import SessionRecord
 from shared.pipeline import inbox, outbox, routes
 from shared.store import lineage
 from shared.store import sessions as session_rows
-from shared.store.resume import drop_if_empty, lineage_head, reopen_session
+from shared.store.resume import drop_if_empty, lineage_head
+from shared.store.sessions import reopen_session
 from shared.store.visibility import Viewer, recent_sessions
 from shared.wording import plural
 from workers.agent.auxiliary import AuxiliaryUnavailable
