@@ -1,11 +1,15 @@
-"""`hermes db`: schema status and upgrade of state.db."""
+"""`hermes db`: schema status, upgrade, check and backup of state.db."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from producers.cli.app import App, pass_app
+from producers.cli.app import App, fail, pass_app
 from shared.db.engine import connect, guarded
+from shared.db.errors import StoreError
+from shared.db.sqlite_care import backup_store, backups_dir, check_store, default_target
 from shared.db.migrate import HEAD, schema_status, upgrade_to_head
 
 
@@ -52,3 +56,45 @@ def status(app: App) -> None:
     else:
         state = "needs `hermes db upgrade` (opening it upgrades it too)"
     click.echo(f"{where}: schema {rev or 'empty'} (newest {HEAD}), {state}")
+
+
+@db.command()
+@pass_app
+def check(app: App) -> None:
+    """Check state.db through: every page, the search indexes, the counters (exit 1 on damage)."""
+    url = app.settings.resolved_database_url
+    try:
+        store = connect(url)
+    except StoreError as error:
+        if "is damaged" not in str(error):
+            raise  # not ours, too new, unreadable: the usual one-line refusal
+        fail(f"damaged: {error}")
+    try:
+        if store.path is None:
+            click.echo("PostgreSQL: page and index integrity is the server's (see amcheck); "
+                       "nothing checked here.")
+            return
+        found = guarded(store, lambda: check_store(store))
+    finally:
+        store.close()
+    if not found:
+        click.echo(f"{store.path}: ok")
+        return
+    for line in found:
+        click.echo(line, err=True)
+    fail(f"{store.path}: {len(found)} problem(s); backups are in {backups_dir(store.path)}")
+
+
+@db.command()
+@click.argument("dest", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--keep", type=click.IntRange(1), help="Keep only the newest N backups there.")
+@pass_app
+def backup(app: App, dest: Path | None, keep: int | None) -> None:
+    """Copy state.db while it is in use (to $HERMES_HOME/backups/state-<UTC>.db by default)."""
+    store = app.store()
+    if store.path is None:
+        fail("PostgreSQL: `hermes db backup` copies SQLite files only; use pg_dump", 2)
+    target = dest or default_target(store.path, app.clock())
+    made = guarded(store, lambda: backup_store(store, target, keep=keep))
+    gone = f", removed {len(made.removed)} older" if made.removed else ""
+    click.echo(f"Backed up to {made.path} ({made.bytes:,} bytes, {made.seconds:.2f} s{gone}).")

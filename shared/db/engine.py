@@ -12,11 +12,16 @@ from typing import TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, exc
 
-from shared.db import migrate, sqlite
+from shared.db import migrate, sqlite, sqlite_health
 from shared.db.errors import StoreError, plainly
 from shared.db.group_commit import GroupCommit
 
 T = TypeVar("T")
+
+# SQLite stores open in this process, per file: (pid, path) -> count. The WAL check must not
+# run while this process has the file open (it takes a POSIX lock, and closing its descriptor
+# would drop the locks SQLite holds on the same file).
+_OPEN: dict[tuple[int, str], int] = {}
 
 
 class Store:
@@ -43,6 +48,21 @@ class Store:
         )
         # Told how long each committed write took, waiting for the lock included (metrics).
         self.observe_write: Callable[[float], None] | None = None
+        self._closed = False
+        self._write_checked = engine.dialect.name != "sqlite" or path is None
+
+    def check_writable(self) -> None:
+        """Refuse (StoreError) to write into a read-only or damaged state.db; run once, before
+        the first write of this Store (or at a process's start): a read-only file system, then
+        `quick_check` when the file is small enough for it to be cheap."""
+        if self._write_checked or self.path is None:
+            return
+        raw = self._engine.raw_connection()
+        try:
+            sqlite_health.check_writable(raw.driver_connection, self.path)
+        finally:
+            raw.close()
+        self._write_checked = True
 
     @property
     def dialect(self) -> str:
@@ -71,6 +91,7 @@ class Store:
     def write(self) -> Iterator[Connection]:
         """One write transaction (BEGIN IMMEDIATE on SQLite): commit on exit, roll back on error."""
         self._check_process()
+        self.check_writable()
         started = time.perf_counter()
         if self._group is None:
             with self._corrupt_is_store_error(), self._writer.begin() as conn:
@@ -92,6 +113,7 @@ class Store:
         hot paths, with functions that do not depend on the thread running them.
         """
         self._check_process()
+        self.check_writable()
         started = time.perf_counter()
         with self._corrupt_is_store_error():
             if self._group is None:
@@ -112,6 +134,7 @@ class Store:
         back and each runs again in a savepoint of its own. So a work may run twice: it must
         change nothing but through `conn`."""
         self._check_process()
+        self.check_writable()
         with contextlib.suppress(Exception):  # if one raised, all was rolled back: now each
             return list(self.commit(lambda conn: [work(conn) for work in works]))  # alone
         if self._group is not None:
@@ -144,6 +167,13 @@ class Store:
                 conn.rollback()
 
     def close(self) -> None:
+        if self.path is not None and not self._closed:
+            key = (self._pid, str(self.path))
+            if _OPEN.get(key, 0) > 1:
+                _OPEN[key] -= 1
+            else:
+                _OPEN.pop(key, None)
+        self._closed = True
         self._engine.dispose()
         if self._write_engine is not self._engine:
             self._write_engine.dispose()
@@ -156,6 +186,9 @@ def connect(url: str) -> Store:
     path: Path | None = None
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
+        # Nothing may open a damaged file (SQLite would make the damage permanent); the WAL
+        # is checked only when no store of this process has the file open already.
+        sqlite_health.check_on_open(path, wal=_OPEN.get((os.getpid(), str(path)), 0) == 0)
         migrate.preflight(path)  # before prepare_file's chmod and the hook's switch to WAL
         sqlite.prepare_file(path)
         # Readers keep their connections: an overflow connection is opened and closed around
@@ -167,6 +200,8 @@ def connect(url: str) -> Store:
         # One thread writes at a time (the gate); its connection stays open between writes.
         writes = create_engine(url, pool_size=1, max_overflow=0)
         sqlite.install_hooks(writes)
+        key = (os.getpid(), str(path))
+        _OPEN[key] = _OPEN.get(key, 0) + 1
         return Store(engine, path, writes)
     engine = create_engine(url, pool_pre_ping=True)
     return Store(engine, path)

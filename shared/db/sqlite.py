@@ -42,15 +42,37 @@ def prepare_file(path: Path) -> None:
         raise StoreError(f"cannot create {path.parent}: {exc.strerror or exc}") from None
     if not os.access(path.parent, os.W_OK | os.X_OK):
         raise StoreError(f"{path.parent} is not writable; state.db needs a writable HERMES_HOME")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    if path.exists():
         _check_header(path)
-    except OSError as exc:
-        raise StoreError(f"cannot create {path}: {exc.strerror or exc}") from None
     else:
-        os.close(fd)
+        _create(path)
     secure_files(path)
+
+
+def _create(path: Path) -> None:
+    """A new state.db appears whole: made beside it (page size, incremental auto-vacuum, WAL:
+    one 4 KiB page) and linked into place, so a 0-byte state.db is always damage, never a
+    file another process is creating (`sqlite_health.check_file` refuses those)."""
+    temp = path.with_name(f".{path.name}.new-{os.getpid()}")
+    try:
+        temp.unlink(missing_ok=True)
+        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        conn = sqlite3.connect(temp)
+        try:
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            conn.execute("PRAGMA journal_mode = WAL")
+        finally:
+            conn.close()
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            _check_header(path)  # another process made it first
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"cannot create {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    finally:
+        for leftover in (temp, Path(f"{temp}-wal"), Path(f"{temp}-shm")):
+            leftover.unlink(missing_ok=True)
 
 
 def _check_header(path: Path) -> None:
