@@ -9,8 +9,14 @@ import click
 from producers.cli.app import App, fail, pass_app
 from shared.db.engine import connect, guarded
 from shared.db.errors import StoreError
-from shared.db.sqlite_care import backup_store, backups_dir, check_store, default_target
 from shared.db.migrate import HEAD, schema_status, upgrade_to_head
+from shared.db.sqlite_care import (
+    backup_store,
+    backups_dir,
+    check_store,
+    default_target,
+    quick_verdict,
+)
 
 
 @click.group()
@@ -47,8 +53,11 @@ def status(app: App) -> None:
                 return schema_status(conn, where)
 
         rev, needed = guarded(store, read)
+        verdict = guarded(store, lambda: quick_verdict(store))
     finally:
         store.close()
+    if verdict not in (None, "ok"):
+        fail(f"{where}: schema {rev or 'empty'}, damaged ({verdict}); run `hermes db check`")
     if not needed:
         state = "up to date"
     elif rev is None:
@@ -68,11 +77,13 @@ def check(app: App) -> None:
     except StoreError as error:
         if "is damaged" not in str(error):
             raise  # not ours, too new, unreadable: the usual one-line refusal
-        fail(f"damaged: {error}")
+        fail(str(error))
     try:
         if store.path is None:
-            click.echo("PostgreSQL: page and index integrity is the server's (see amcheck); "
-                       "nothing checked here.")
+            click.echo(
+                "PostgreSQL: page and index integrity is the server's (see amcheck); "
+                "nothing checked here."
+            )
             return
         found = guarded(store, lambda: check_store(store))
     finally:
@@ -81,7 +92,7 @@ def check(app: App) -> None:
         click.echo(f"{store.path}: ok")
         return
     for line in found:
-        click.echo(line, err=True)
+        click.echo(line)
     fail(f"{store.path}: {len(found)} problem(s); backups are in {backups_dir(store.path)}")
 
 

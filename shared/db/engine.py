@@ -59,7 +59,7 @@ class Store:
             return
         raw = self._engine.raw_connection()
         try:
-            sqlite_health.check_writable(raw.driver_connection, self.path)
+            sqlite_health.check_writable(raw.driver_connection, self.path)  # type: ignore[arg-type]
         finally:
             raw.close()
         self._write_checked = True

@@ -13,11 +13,11 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shared.db.errors import StoreError
 from shared.db.sqlite import FTS_INDEXES
-from shared.db.sqlite_health import BACKUPS_DIR
+from shared.db.sqlite_health import BACKUPS_DIR, quick_check
 
 if TYPE_CHECKING:
     from shared.db.engine import Store
@@ -73,7 +73,9 @@ def _counter_findings(conn: sqlite3.Connection, with_sources: bool) -> list[str]
         " GROUP BY s.id HAVING s.message_count != count(m.id) LIMIT ?",
         (FINDINGS_SHOWN,),
     ).fetchall()
-    found += [f"session {sid}: message_count {kept} but {real} messages" for sid, kept, real in wrong]
+    found += [
+        f"session {sid}: message_count {kept} but {real} messages" for sid, kept, real in wrong
+    ]
     if with_sources:
         wrong = conn.execute(
             "SELECT t.source, coalesce(st.sessions, 0), coalesce(st.messages, 0),"
@@ -158,7 +160,7 @@ def check_store(store: Store) -> list[str]:
     """`findings` on a SQLite store's own connection (the open-time checks already passed)."""
     raw = store.engine.raw_connection()
     try:
-        return findings(raw.driver_connection)
+        return findings(_driver(raw))
     finally:
         raw.close()
 
@@ -168,6 +170,25 @@ def backup_store(store: Store, target: Path, *, keep: int | None = None) -> Back
         raise StoreError("backups are of SQLite files; on PostgreSQL use pg_dump")
     raw = store.engine.raw_connection()
     try:
-        return backup(raw.driver_connection, store.path, target, keep=keep)
+        return backup(_driver(raw), store.path, target, keep=keep)
     finally:
         raw.close()
+
+
+def quick_verdict(store: Store) -> str | None:
+    """quick_check of a SQLite store when its file is small enough (None: skipped or not SQLite)."""
+    if store.path is None:
+        return None
+    raw = store.engine.raw_connection()
+    try:
+        verdict = quick_check(_driver(raw), store.path)
+    finally:
+        raw.close()
+    return None if verdict is None else " ".join(verdict.split())[:160]
+
+
+def _driver(raw: Any) -> sqlite3.Connection:
+    conn = raw.driver_connection
+    if not isinstance(conn, sqlite3.Connection):
+        raise StoreError("this needs a SQLite store")
+    return conn

@@ -188,7 +188,7 @@ def check_wal(path: Path) -> None:
         problem = wal_damage(data)
     if problem:
         raise StoreError(
-            f"{wal} is damaged ({problem}); opening would lose them — copy state.db and its "
+            f"{wal} is damaged ({problem}); opening would lose them; copy state.db and its "
             f"-wal aside, then {advice(path)}"
         )
 
