@@ -80,6 +80,11 @@ def build_runtime(
     metrics: WorkerMetrics | None = None,
 ) -> Runtime:
     store = open_store(settings.resolved_database_url)
+    try:
+        store.check_writable()  # read-only or damaged: a worker must not start on it
+    except BaseException:
+        store.close()
+        raise
     client = broker_redis(settings)
     metrics = metrics or WorkerMetrics()
     metrics.watch_store(store)

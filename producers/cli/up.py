@@ -122,6 +122,7 @@ def up(app: App, workers: int | None, concurrency: int | None, no_beat: bool) ->
     console = Console(stderr=True, highlight=False)
     _refuse_missing_sdks(settings)
     store = app.store()  # create or upgrade state.db now, so a bad file stops us here
+    store.check_writable()  # read-only or damaged: refused before anything starts
     lock = _lock(settings)
     started, skipped = receivers(settings)
     if started:

@@ -180,6 +180,11 @@ def run(settings: Settings, mode: Mode) -> None:
     sock = claimed.sock
     try:
         store = open_store(settings.resolved_database_url)
+        try:
+            store.check_writable()  # read-only or damaged: refused before receiving anything
+        except BaseException:
+            store.close()
+            raise
     except BaseException:
         sock.close()
         claimed.release()

@@ -449,8 +449,12 @@ def peek_schema(path: Path) -> tuple[str | None, list[str]] | None:
             return None
     except OSError:
         return None
+    # With no -wal beside it the file holds everything: read it as immutable, so no -wal or
+    # -shm is created (a refused file keeps nothing new beside it). With one, SQLite must see
+    # what it holds (both exist then, or the open-time WAL check has looked at it).
+    mode = "ro" if Path(f"{path}-wal").exists() else "ro&immutable=1"
     try:
-        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=10)
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode={mode}", uri=True, timeout=10)
     except sqlite3.Error:
         return None
     try:
