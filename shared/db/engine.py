@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -57,11 +58,16 @@ class Store:
         `quick_check` when the file is small enough for it to be cheap."""
         if self._write_checked or self.path is None:
             return
-        raw = self._engine.raw_connection()
-        try:
-            sqlite_health.check_writable(raw.driver_connection, self.path)  # type: ignore[arg-type]
-        finally:
-            raw.close()
+        path = self.path
+
+        def check() -> None:
+            raw = self._engine.raw_connection()
+            try:
+                sqlite_health.check_writable(raw.driver_connection, path)  # type: ignore[arg-type]
+            finally:
+                raw.close()
+
+        guarded(self, check)
         self._write_checked = True
 
     @property
@@ -228,9 +234,10 @@ def guarded(store: Store, action: Callable[[], T]) -> T:
     """Run `action`, turning driver errors about the file itself into one-line StoreErrors."""
     try:
         return action()
-    except exc.DatabaseError as error:
+    except (exc.DatabaseError, sqlite3.DatabaseError) as error:
+        # A driver error raised in a connect hook reaches us unwrapped.
         where = store.path or "the database"
-        cause = error.orig or error
+        cause = getattr(error, "orig", None) or error
         if sqlite.is_not_a_database(cause):
             raise StoreError(f"{where} is corrupt or not a SQLite database") from None
         raise StoreError(f"cannot use {where}: {plainly(cause, store.path)}") from None
