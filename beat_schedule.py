@@ -35,6 +35,12 @@ SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 600.0,
         "options": {"queue": "hermes.maintenance", "expires": 600.0},
     },
+    # A copy of state.db in $HERMES_HOME/backups (maintenance.backup_hours; off when 0).
+    "backup": {
+        "task": "hermes.maintenance.backup",
+        "schedule": 86400.0,
+        "options": {"queue": "hermes.maintenance", "expires": 3600.0},
+    },
     # Retention prune, index merge, reclaim (only with sessions.auto_prune; once per interval).
     "prune": {
         "task": "hermes.maintenance.prune",

@@ -222,3 +222,7 @@ class MaintenanceSettings(Section):
     vacuum_step_pages: int = Field(default=256, ge=16)
     index_merge_pages: int = Field(default=64, ge=16)
     vacuum_pause_ms: float = Field(default=20, ge=0)
+    # `hermes db backup` on beat's schedule: every this many hours (0: never), keeping the
+    # newest `backup_keep` in $HERMES_HOME/backups (SQLite only).
+    backup_hours: float = Field(default=0, ge=0)
+    backup_keep: int = Field(default=7, ge=1)

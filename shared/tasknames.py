@@ -12,6 +12,7 @@ RESET_SWEEP = "hermes.maintenance.reset_sweep"
 TITLE_SWEEP = "hermes.maintenance.title_sweep"
 PRUNE = "hermes.maintenance.prune"
 INDEX_MERGE = "hermes.maintenance.index_merge"
+BACKUP = "hermes.maintenance.backup"
 CRON_TICK = "hermes.maintenance.cron_tick"
 
 TURNS_QUEUE = "hermes.turns"

@@ -44,6 +44,12 @@ def beat_config(settings: Settings) -> dict[str, dict[str, Any]]:
     for name, period in periods.items():
         entries[name]["schedule"] = period
         entries[name]["options"]["expires"] = period
+    hours = settings.maintenance.backup_hours
+    if hours:
+        entries["backup"]["schedule"] = hours * 3600
+        entries["backup"]["options"]["expires"] = min(hours * 3600, 3600.0)
+    else:
+        del entries["backup"]
     return entries
 
 

@@ -192,3 +192,14 @@ def _driver(raw: Any) -> sqlite3.Connection:
     if not isinstance(conn, sqlite3.Connection):
         raise StoreError("this needs a SQLite store")
     return conn
+
+
+def newest_backup_age(folder: Path, now: float) -> float | None:
+    """Seconds since the newest state-*.db backup in `folder` was written; None if none."""
+    times = []
+    for found in folder.glob(f"{BACKUP_PREFIX}*{BACKUP_SUFFIX}"):
+        try:
+            times.append(found.stat().st_mtime)
+        except OSError:
+            continue
+    return now - max(times) if times else None

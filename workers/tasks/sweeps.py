@@ -12,9 +12,9 @@ from typing import Any
 from celery import Celery
 
 from shared.db import OperationalError
-from shared.tasknames import CRON_TICK, INDEX_MERGE, PRUNE, RESET_SWEEP, TITLE_SWEEP
+from shared.tasknames import BACKUP, CRON_TICK, INDEX_MERGE, PRUNE, RESET_SWEEP, TITLE_SWEEP
 from workers.runtime import RuntimeHolder
-from workers.sweeps import cron, index, prune, reset, titles
+from workers.sweeps import backup, cron, index, prune, reset, titles
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,11 @@ def register(app: Celery, runtimes: RuntimeHolder) -> None:
             "segments_before": report.segments_before,
             "segments_after": report.segments_after,
         }
+
+    @app.task(name=BACKUP, **options)
+    def backup_task(self: Any) -> dict[str, Any]:
+        report = backup.sweep(runtimes.get())
+        return {"reason": report.reason, "path": report.path, "removed": report.removed}
 
     @app.task(name=CRON_TICK, **options)
     def cron_task(self: Any) -> dict[str, Any]:
