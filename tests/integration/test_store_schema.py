@@ -107,7 +107,7 @@ def test_an_empty_file_is_refused_not_made_a_new_store(hermes_home: Path) -> Non
     emptied file (issue 21): refused, untouched, with nothing created beside it."""
     path = db_path(hermes_home)
     path.touch()
-    with pytest.raises(StoreError, match="0 bytes.*move it away"):
+    with pytest.raises(StoreError, match=r"0 bytes.*move it away"):
         open_store(sqlite_url(path))
     assert path.stat().st_size == 0
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
@@ -416,7 +416,7 @@ def test_garbage_in_a_table_page_is_a_store_error_not_a_traceback(hermes_home: P
         with pytest.raises(StoreError, match="corrupt") as caught, opened.read() as conn:
             message_rows.transcript(conn, "20240101_000003_abcdef")
         assert "\n" not in str(caught.value)
-        with pytest.raises(StoreError, match="damaged.*writes refused"), opened.write() as conn:
+        with pytest.raises(StoreError, match=r"damaged.*writes refused"), opened.write() as conn:
             message_rows.append_message(conn, "20240101_000003_abcdef", "user", "hi", now=1.0)
     finally:
         opened.close()
