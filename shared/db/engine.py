@@ -49,7 +49,7 @@ class Store:
         )
         # Told how long each committed write took, waiting for the lock included (metrics).
         self.observe_write: Callable[[float], None] | None = None
-        self._closed = False
+        self._counted = False  # in _OPEN (set by `connect`)
         self._write_checked = engine.dialect.name != "sqlite" or path is None
 
     def check_writable(self) -> None:
@@ -173,13 +173,13 @@ class Store:
                 conn.rollback()
 
     def close(self) -> None:
-        if self.path is not None and not self._closed:
+        if self._counted:
             key = (self._pid, str(self.path))
             if _OPEN.get(key, 0) > 1:
                 _OPEN[key] -= 1
             else:
                 _OPEN.pop(key, None)
-        self._closed = True
+            self._counted = False
         self._engine.dispose()
         if self._write_engine is not self._engine:
             self._write_engine.dispose()
@@ -208,7 +208,9 @@ def connect(url: str) -> Store:
         sqlite.install_hooks(writes)
         key = (os.getpid(), str(path))
         _OPEN[key] = _OPEN.get(key, 0) + 1
-        return Store(engine, path, writes)
+        store = Store(engine, path, writes)
+        store._counted = True
+        return store
     engine = create_engine(url, pool_pre_ping=True)
     return Store(engine, path)
 
