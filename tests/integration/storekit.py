@@ -6,6 +6,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from sqlalchemy import Connection, text
@@ -15,7 +16,7 @@ from shared.db import sqlite as store_sqlite
 from shared.db.engine import connect
 from shared.db.migrate import alembic_config
 from shared.store.messages import append_message
-from shared.store.sessions import create_session, end_session
+from shared.store.sessions import create_session, end_session, require_session
 
 
 def sqlite_url(path: Path) -> str:
@@ -120,3 +121,15 @@ def fts_segment_counts(store: Store) -> dict[str, int]:
     """Segments of each FTS5 index (1 once merged)."""
     with store.read() as conn:
         return {table: store_sqlite.fts_segments(conn, table) for table in store_sqlite.FTS_INDEXES}
+
+
+def new(conn: Connection, sid: str, *, now: float = 1.0, source: str = "cli", **kw: Any) -> str:
+    """Create session `sid` and return its id (the store tests' shorthand)."""
+    create_session(conn, session_id=sid, source=source, now=now, **kw)
+    return sid
+
+
+def title_of(store: Store, sid: str) -> tuple[str | None, str | None]:
+    with store.read() as conn:
+        record = require_session(conn, sid)
+    return record.title, record.title_source
