@@ -17,22 +17,22 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import text
 from starlette.testclient import TestClient
 
-from producers.gateway.app import create_app
-from producers.gateway.deps import Gateway
 from producers.slack.signature import sign
 from shared.db import Store, open_store
-from shared.ports import RecordingWaker
-from shared.settings import Settings, load_settings
+from shared.settings import Settings
 from shared.surrogates import LONE_SURROGATE
 from tests.fakes.golden import FIXTURES
 from tests.fuzzing import examples, mutated
+from tests.integration.webhook_kit import (
+    SLACK_SECRET,
+    TG_SECRET,
+    inbox_texts,
+    served,
+    webhook_settings,
+)
 
-TG_TOKEN = "123456789:AAFakeTokenForTests"
-TG_SECRET = "fuzz-webhook-secret"
-SLACK_SECRET = "fuzz-signing-secret"
 ACCEPTABLE = {200, 400, 401, 404, 408, 413, 415}
 FUZZ = settings(
     max_examples=examples(150),
@@ -50,15 +50,7 @@ def golden(platform: str) -> list[Any]:
 
 @pytest.fixture
 def fuzz_settings(hermes_env: dict[str, str]) -> Settings:
-    return load_settings(
-        {
-            **hermes_env,
-            "HERMES_PLATFORMS__TELEGRAM__TOKEN": TG_TOKEN,
-            "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": TG_SECRET,
-            "HERMES_PLATFORMS__SLACK__TOKEN": "xoxb-1111-2222-bottoken",
-            "HERMES_PLATFORMS__SLACK__SIGNING_SECRET": SLACK_SECRET,
-        }
-    )
+    return webhook_settings(hermes_env)
 
 
 @pytest.fixture
@@ -70,24 +62,18 @@ def fuzz_store(fuzz_settings: Settings) -> Iterator[Store]:
 
 @pytest.fixture
 def fuzz_client(fuzz_settings: Settings, fuzz_store: Store) -> Iterator[TestClient]:
-    gateway = Gateway(fuzz_settings, fuzz_store, RecordingWaker(), time.time)
-    with TestClient(create_app(gateway)) as client:
+    with served(fuzz_settings, fuzz_store) as client:
         yield client
 
 
-def stored(store: Store) -> list[str]:
-    with store.read() as conn:
-        return [str(r[0]) for r in conn.execute(text("SELECT text FROM inbox ORDER BY id"))]
-
-
 def holds(store: Store, client: TestClient, post: Any, caplog: pytest.LogCaptureFixture) -> None:
-    before = len(stored(store))
+    before = len(inbox_texts(store))
     caplog.clear()
     with caplog.at_level(logging.ERROR):
         answer = post()
     assert answer.status_code in ACCEPTABLE, (answer.status_code, answer.text)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
-    rows = stored(store)
+    rows = inbox_texts(store)
     assert len(rows) - before <= 1
     assert not any(LONE_SURROGATE.search(row) for row in rows[before:])
 

@@ -14,10 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 from starlette.testclient import TestClient
 
-from producers.gateway.app import create_app
 from producers.gateway.deps import Gateway
 from producers.slack.signature import sign
 from producers.telegram.receiver import TelegramPoller, TelegramReceiver
@@ -28,25 +26,22 @@ from tests.fakes.background import Background
 from tests.fakes.golden import load
 from tests.fakes.stack import wait_for
 from tests.fakes.telegram_api import FakeTelegram
+from tests.integration.webhook_kit import (
+    SLACK_SECRET,
+    TG_SECRET,
+    TG_TOKEN,
+    inbox_texts,
+    served,
+    webhook_settings,
+)
 
-TG_TOKEN = "123456789:AAFakeTokenForTests"
-TG_SECRET = "s3cret-Token_for-webhook"
 TG_HEADERS = {"X-Telegram-Bot-Api-Secret-Token": TG_SECRET, "Content-Type": "application/json"}
-SLACK_SECRET = "slack-signing-secret-for-tests"
 REPLACEMENT = "\ufffd"
 
 
 @pytest.fixture
 def settings(hermes_env: dict[str, str]) -> Settings:
-    return load_settings(
-        {
-            **hermes_env,
-            "HERMES_PLATFORMS__TELEGRAM__TOKEN": TG_TOKEN,
-            "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": TG_SECRET,
-            "HERMES_PLATFORMS__SLACK__TOKEN": "xoxb-1111-2222-bottoken",
-            "HERMES_PLATFORMS__SLACK__SIGNING_SECRET": SLACK_SECRET,
-        }
-    )
+    return webhook_settings(hermes_env)
 
 
 @pytest.fixture
@@ -58,14 +53,8 @@ def hostile_store(settings: Settings) -> Iterator[Store]:
 
 @pytest.fixture
 def client(settings: Settings, hostile_store: Store) -> Iterator[TestClient]:
-    gateway = Gateway(settings, hostile_store, RecordingWaker(), time.time)
-    with TestClient(create_app(gateway)) as served:
-        yield served
-
-
-def texts(store: Store) -> list[str]:
-    with store.read() as conn:
-        return [str(r[0]) for r in conn.execute(text("SELECT text FROM inbox ORDER BY id"))]
+    with served(settings, hostile_store) as client:
+        yield client
 
 
 def tg_update(number: int = 700000001, **message: Any) -> dict[str, Any]:
@@ -104,7 +93,7 @@ def test_telegram_text_that_cannot_be_stored_as_is_is_stored_repaired(
     body = json.dumps(tg_update(text="PLACEHOLDER")).encode().replace(b'"PLACEHOLDER"', raw)
     answer = client.post("/telegram/webhook", content=body, headers=TG_HEADERS)
     assert answer.status_code == 200, answer.text
-    assert texts(hostile_store) == [stored]
+    assert inbox_texts(hostile_store) == [stored]
 
 
 def test_slack_text_with_a_lone_surrogate_is_stored_repaired(
@@ -116,7 +105,7 @@ def test_slack_text_with_a_lone_surrogate_is_stored_repaired(
     body = json.dumps(event).encode()
     answer = client.post("/slack/events", content=body, headers=slack_headers(body))
     assert answer.status_code == 200, answer.text
-    assert texts(hostile_store) == [f"slack {REPLACEMENT} text"]
+    assert inbox_texts(hostile_store) == [f"slack {REPLACEMENT} text"]
 
 
 # --- shapes that are not events: 400, nothing stored ---
@@ -130,7 +119,7 @@ def test_json_nested_past_the_parsers_depth_is_a_400(
     headers = TG_HEADERS if route.startswith("/telegram") else slack_headers(body)
     answer = client.post(route, content=body, headers=headers)
     assert (answer.status_code, answer.json()["error"]) == (400, "JSON nested too deep")
-    assert texts(hostile_store) == []
+    assert inbox_texts(hostile_store) == []
 
 
 @pytest.mark.parametrize(
@@ -147,7 +136,7 @@ def test_a_slack_event_field_of_the_wrong_type_is_a_400(
     answer = client.post("/slack/events", content=body, headers=slack_headers(body))
     assert answer.status_code == 400
     assert f"event.{field} must be a string" in answer.json()["error"]
-    assert texts(hostile_store) == []
+    assert inbox_texts(hostile_store) == []
 
 
 @pytest.mark.parametrize("stamp", ["9" * 310, "1e10", "+1700000000", "-1700000000", " 17"])
@@ -160,7 +149,7 @@ def test_a_slack_timestamp_that_is_not_unix_time_is_a_401_without_an_error_logge
     assert answer.status_code == 401
     assert "not a number of seconds (Unix time)" in answer.json()["error"]
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
-    assert texts(hostile_store) == []
+    assert inbox_texts(hostile_store) == []
 
 
 @pytest.mark.parametrize(
@@ -183,7 +172,7 @@ def test_a_telegram_id_that_is_not_an_integer_is_a_400(
     answer = client.post("/telegram/webhook", json=update, headers=TG_HEADERS)
     assert answer.status_code == 400
     assert "must be an integer id" in answer.json()["error"]
-    assert texts(hostile_store) == []
+    assert inbox_texts(hostile_store) == []
 
 
 # --- long polling: one update never holds back the ones behind it ---
@@ -209,7 +198,7 @@ def test_polling_moves_past_an_unstorable_update_and_records_the_rest(
         _, poller = polling(hermes_env, store, fake)
         with Background(poller.run):
             wait_for(lambda: poller.offset == 23, timeout=30)
-    assert texts(store) == ["before", f"broken {REPLACEMENT} half", "after"]
+    assert inbox_texts(store) == ["before", f"broken {REPLACEMENT} half", "after"]
 
 
 @pytest.mark.timeout(60)
@@ -233,5 +222,5 @@ def test_polling_skips_an_update_that_fails_the_same_way_every_time(
         monkeypatch.setattr(gateway, "record", refuses_poison)
         with Background(poller.run):
             wait_for(lambda: poller.offset == 43, timeout=30)
-    assert texts(store) == ["behind it"]
+    assert inbox_texts(store) == ["behind it"]
     assert any("update 40 cannot be recorded" in r.getMessage() for r in caplog.records)
