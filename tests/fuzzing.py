@@ -115,6 +115,6 @@ def mutated(draw: st.DrawFn, doc: Any) -> Any:
             current = current[step]
         # mostly the extremes of the field's own type: they are what finds the bugs
         own = _hostile_for(current)
-        value = draw(st.one_of(own, own, own, VALUES))
+        value = copy.deepcopy(draw(st.one_of(own, own, own, VALUES)))  # EXTREMES holds [] and {}
         _set(result, path, value, draw(st.booleans()) and draw(st.booleans()))
     return result
