@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -36,6 +37,35 @@ def _hermes(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=60,
         cwd=ROOT,
+    )
+
+
+def _two_receivers_env(
+    hermes_env: dict[str, str], redis_url: str, port: int, **extra: str
+) -> dict[str, str]:
+    """Telegram (webhook) and Slack receivers of one stack, sharing `port`."""
+    return {
+        **hermes_env,
+        "HERMES_BROKER_URL": redis_db_url(redis_url),
+        "HERMES_GATEWAY__PORT": str(port),
+        "HERMES_PLATFORMS__TELEGRAM__TOKEN": TG_TOKEN,
+        "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": TG_SECRET,
+        "HERMES_PLATFORMS__TELEGRAM__API_BASE": "http://127.0.0.1:9/bot",  # never called
+        "HERMES_PLATFORMS__SLACK__TOKEN": "xoxb-cli",
+        "HERMES_PLATFORMS__SLACK__SIGNING_SECRET": SLACK_SECRET,
+        **extra,
+    }
+
+
+def _post_update(port: int, payload: dict[str, Any], update_id: int) -> httpx.Response:
+    """A copy of `payload` as update `update_id`, posted on a fresh connection."""
+    update = json.loads(json.dumps(payload))
+    update["update_id"] = update_id
+    return httpx.post(
+        f"http://127.0.0.1:{port}/telegram/webhook",
+        json=update,
+        headers={"X-Telegram-Bot-Api-Secret-Token": TG_SECRET},
+        timeout=10,
     )
 
 
@@ -96,16 +126,7 @@ def test_two_receivers_share_the_port_and_either_records_any_request(
     hermes_env: dict[str, str], hermes_home: Path, redis_url: str
 ) -> None:
     port = free_port()
-    env = {
-        **hermes_env,
-        "HERMES_BROKER_URL": redis_db_url(redis_url),
-        "HERMES_GATEWAY__PORT": str(port),
-        "HERMES_PLATFORMS__TELEGRAM__TOKEN": TG_TOKEN,
-        "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": TG_SECRET,
-        "HERMES_PLATFORMS__TELEGRAM__API_BASE": "http://127.0.0.1:9/bot",  # never called
-        "HERMES_PLATFORMS__SLACK__TOKEN": "xoxb-cli",
-        "HERMES_PLATFORMS__SLACK__SIGNING_SECRET": SLACK_SECRET,
-    }
+    env = _two_receivers_env(hermes_env, redis_url, port)
     procs = [
         start_gateway(env, hermes_home, "telegram", port),
         start_gateway(env, hermes_home, "slack", port),
@@ -114,14 +135,7 @@ def test_two_receivers_share_the_port_and_either_records_any_request(
         payload, _ = load("telegram", "private")
         event, _ = load("slack", "dm")
         for n in range(20):  # fresh connections: the kernel spreads them over both processes
-            update = json.loads(json.dumps(payload))
-            update["update_id"] = 900 + n
-            response = httpx.post(
-                f"http://127.0.0.1:{port}/telegram/webhook",
-                json=update,
-                headers={"X-Telegram-Bot-Api-Secret-Token": TG_SECRET},
-                timeout=10,
-            )
+            response = _post_update(port, payload, 900 + n)
             assert response.status_code == 200
             body = json.loads(json.dumps(event))
             body["event"]["ts"] = body["event"]["event_ts"] = f"1767225600.{n:06d}"
@@ -210,17 +224,9 @@ def test_a_stranger_is_refused_once_by_the_whole_fleet(
     """Two receivers on one port: the kernel spreads the stranger's requests over both, and
     the once-an-hour refusal is one for the fleet (the broker's Redis), not one per process."""
     port = free_port()
-    env = {
-        **hermes_env,
-        "HERMES_BROKER_URL": redis_db_url(redis_url),
-        "HERMES_GATEWAY__PORT": str(port),
-        "HERMES_PLATFORMS__TELEGRAM__TOKEN": TG_TOKEN,
-        "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": TG_SECRET,
-        "HERMES_PLATFORMS__TELEGRAM__API_BASE": "http://127.0.0.1:9/bot",  # never called
-        "HERMES_PLATFORMS__TELEGRAM__ALLOWED_USERS": "424242",
-        "HERMES_PLATFORMS__SLACK__TOKEN": "xoxb-cli",
-        "HERMES_PLATFORMS__SLACK__SIGNING_SECRET": SLACK_SECRET,
-    }
+    env = _two_receivers_env(
+        hermes_env, redis_url, port, HERMES_PLATFORMS__TELEGRAM__ALLOWED_USERS="424242"
+    )
     procs = [
         start_gateway(env, hermes_home, "telegram", port),
         start_gateway(env, hermes_home, "slack", port),
@@ -231,14 +237,7 @@ def test_a_stranger_is_refused_once_by_the_whole_fleet(
             wait_for(lambda p=proc: "hermes gateway" in p.output(), timeout=30)  # type: ignore[misc]
         payload, _ = load("telegram", "private")  # from user 111111111, not allowed
         for n in range(30):  # fresh connections: both processes answer some
-            update = json.loads(json.dumps(payload))
-            update["update_id"] = 950 + n
-            response = httpx.post(
-                f"http://127.0.0.1:{port}/telegram/webhook",
-                json=update,
-                headers={"X-Telegram-Bot-Api-Secret-Token": TG_SECRET},
-                timeout=10,
-            )
+            response = _post_update(port, payload, 950 + n)
             assert response.status_code == 200
             refusals += response.content.count(b"this assistant is private")
     finally:
