@@ -185,6 +185,8 @@ def check_wal(path: Path) -> None:
             return
         try:
             data = wal.read_bytes()
+        except FileNotFoundError:
+            return  # the last connection elsewhere closed meanwhile and removed it: nothing to replay
         except OSError as exc:
             raise StoreError(f"cannot read {wal}: {exc.strerror or exc}") from None
         problem = wal_damage(data)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from shared.db.errors import StoreError
-from shared.db.sqlite_health import check_file, header_problem, wal_damage
+from shared.db.sqlite_health import check_file, check_wal, header_problem, wal_damage
 
 
 def _crashed(folder: Path, commits: int = 3) -> tuple[Path, bytes]:
@@ -106,3 +106,22 @@ def test_check_file_passes_a_real_store(tmp_path: Path) -> None:
     check_file(db)
     shutil.copy(db, tmp_path / "b.db")
     check_file(tmp_path / "b.db")
+
+
+def test_a_wal_removed_while_being_looked_at_is_no_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process closing the last connection removes the -wal between our look and our
+    read (seen in CI with six processes opening one new file): that is a clean store."""
+    db, wal = _crashed(tmp_path)
+    Path(f"{db}-wal").write_bytes(wal)
+    real_read = Path.read_bytes
+
+    def read_after_the_other_closed(self: Path) -> bytes:
+        if self.name.endswith("-wal"):
+            self.unlink()
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_after_the_other_closed)
+    check_wal(db)  # no "cannot read" StoreError
+    assert not Path(f"{db}-wal").exists()
