@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,20 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["HERMES_FUZZ_LONG"] = "1"
 
 
+DIALECTS = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked `both_databases` (usually a whole module: `pytestmark`) that reaches the
+    store through `store`, `settings` or `hermes_env` runs once per dialect:
+    test_x[sqlite] and test_x[postgresql]."""
+    if metafunc.definition.get_closest_marker("both_databases") is None:
+        return
+    if "database_url" not in metafunc.fixturenames:
+        return  # reaches no store (a pure function, or one opening its own URL): runs once
+    metafunc.parametrize("database_url", DIALECTS, indirect=True)
+
+
 def service_or_skip(name: str, host: str, port: int) -> None:
     """Skip (outside CI) or fail (in CI) when a service the test needs is not listening."""
     try:
@@ -54,10 +69,59 @@ def hermes_home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def hermes_env(hermes_home: Path) -> dict[str, str]:
+def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """The store this test runs on: None for the default (state.db in HERMES_HOME), or, for a
+    test marked `both_databases` in its postgresql run, a fresh schema of its own on the local
+    PostgreSQL, dropped afterwards. Everything reading `hermes_env`/`settings` (the `store`
+    fixture, CLI subprocesses, workers) follows it."""
+    if getattr(request, "param", "sqlite") == "sqlite":
+        yield None
+        return
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    admin = _contract_database()
+    with _connect(admin) as db:
+        db.execute(f'CREATE SCHEMA "{schema}"')
+    # The contract database's public schema holds only extensions (shared by every schema),
+    # never our tables: each test's tables, alembic_version included, are in its own schema.
+    yield f"{admin}?options=-csearch_path%3D{schema},public"
+    with _connect(admin) as db:
+        db.execute("SET lock_timeout = '30s'")
+        db.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def _connect(url: str):  # type: ignore[no-untyped-def]
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True)
+
+
+_CONTRACT_READY: list[str] = []
+
+
+def _contract_database() -> str:
+    """The checkout's database for schema-per-test runs (`<db>_contract`), made when missing."""
+    name = f"{POSTGRES_DB}_contract"
+    url = f"postgresql://postgres@127.0.0.1:5432/{name}"
+    if _CONTRACT_READY:
+        return url
+    service_or_skip("PostgreSQL", "127.0.0.1", 5432)
+    with _connect("postgresql://postgres@127.0.0.1:5432/postgres") as db:
+        found = db.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+        if found.fetchone() is None:
+            db.execute(f'CREATE DATABASE "{name}"')
+    with _connect(url) as db:
+        db.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+    _CONTRACT_READY.append(url)
+    return url
+
+
+@pytest.fixture
+def hermes_env(hermes_home: Path, database_url: str | None) -> dict[str, str]:
     """An environment for subprocesses and settings: this test's HERMES_HOME, nothing inherited."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
     env["HERMES_HOME"] = str(hermes_home)
+    if database_url is not None:
+        env["HERMES_DATABASE_URL"] = database_url
     return env
 
 
