@@ -186,7 +186,7 @@ def check_wal(path: Path) -> None:
         try:
             data = wal.read_bytes()
         except FileNotFoundError:
-            return  # the last connection elsewhere closed meanwhile and removed it: nothing to replay
+            return  # the last connection elsewhere closed meanwhile and removed it
         except OSError as exc:
             raise StoreError(f"cannot read {wal}: {exc.strerror or exc}") from None
         problem = wal_damage(data)
