@@ -1,12 +1,27 @@
-"""`hermes db`: schema status, upgrade, check and backup of state.db."""
+"""`hermes db`: schema status, upgrade, check, backup and copy of the store."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from producers.cli.app import App, fail, pass_app
+from shared.db import server
+from shared.db.copy import Copied, copy_store, parse_target, shown
 from shared.db.engine import connect, guarded
 from shared.db.errors import StoreError
 from shared.db.migrate import HEAD, schema_status, upgrade_to_head
@@ -42,9 +57,9 @@ def upgrade(app: App) -> None:
 @db.command()
 @pass_app
 def status(app: App) -> None:
-    """Show the schema revision of state.db and the newest this hermes knows."""
+    """Name the database (dialect, server, where) and its schema revision against the newest."""
     store = connect(app.settings.resolved_database_url)
-    where = str(store.path or "the database")
+    where = server.where(store)
     try:
 
         def read() -> tuple[str | None, bool]:
@@ -54,6 +69,7 @@ def status(app: App) -> None:
 
         rev, needed = guarded(store, read)
         verdict = guarded(store, lambda: quick_verdict(store))
+        described = guarded(store, lambda: server.describe(store))
     finally:
         store.close()
     if verdict not in (None, "ok"):
@@ -64,6 +80,7 @@ def status(app: App) -> None:
         state = f"created at {HEAD} on first use or by `hermes db upgrade`"
     else:
         state = "needs `hermes db upgrade` (opening it upgrades it too)"
+    click.echo(f"Database: {described}")
     click.echo(f"{where}: schema {rev or 'empty'} (newest {HEAD}), {state}")
 
 
@@ -109,3 +126,79 @@ def backup(app: App, dest: Path | None, keep: int | None) -> None:
     made = guarded(store, lambda: backup_store(store, target, keep=keep))
     gone = f", removed {len(made.removed)} older" if made.removed else ""
     click.echo(f"Backed up to {made.path} ({made.bytes:,} bytes, {made.seconds:.2f} s{gone}).")
+
+
+@db.command("copy")
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    metavar="URL",
+    help="An empty database: postgresql://USER@HOST/DB, or sqlite:///PATH (a new file).",
+)
+@click.option(
+    "--batch",
+    default=2000,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Rows read and written per batch (memory stays at one batch).",
+)
+@pass_app
+def copy(app: App, target: str, batch: int) -> None:
+    """Copy this store, every table, into an empty database (SQLite <-> PostgreSQL).
+
+    The target is brought to the newest schema first; the rows go in one transaction, so a
+    copy that fails or is stopped leaves the target empty (run it again). Row counts and
+    message counters are compared with the source's before the copy commits.
+    """
+    parse_target(target)  # a bad URL is refused before the source is even opened
+    source = app.store()
+    with _table_bars() as (on_table, on_rows):
+        copied = copy_store(
+            source,
+            app.settings.resolved_database_url,
+            target,
+            batch=batch,
+            on_table=on_table,
+            on_rows=on_rows,
+        )
+    _report(str(source.path or shown(app.settings.resolved_database_url)), copied)
+
+
+def _report(source: str, copied: Copied) -> None:
+    rate = copied.total / copied.seconds if copied.seconds > 0 else 0.0
+    click.echo(
+        f"Copied {source} to {copied.target}: {copied.total:,} rows in "
+        f"{copied.seconds:.2f} s ({rate:,.0f} rows/s)"
+    )
+    width = max(len(name) for name in copied.rows)
+    for name, rows in copied.rows.items():
+        click.echo(f"  {name:<{width}}  {rows:>12,}")
+    click.echo("Row counts and message counters verified equal on both sides.")
+
+
+@contextmanager
+def _table_bars() -> Iterator[tuple[Callable[[str, int], None], Callable[[str, int], None]]]:
+    """One bar per table on stderr when it is a terminal (rows done of rows, rate); else quiet."""
+    if not sys.stderr.isatty():
+        yield (lambda _name, _total: None), (lambda _name, _rows: None)
+        return
+    bars = Progress(
+        TextColumn("{task.description:<16}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("rows"),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
+    tasks: dict[str, TaskID] = {}
+
+    def start(name: str, total: int) -> None:
+        tasks[name] = bars.add_task(name, total=max(total, 1), completed=0 if total else 1)
+
+    def advance(name: str, rows: int) -> None:
+        bars.advance(tasks[name], rows)
+
+    with bars:
+        yield start, advance

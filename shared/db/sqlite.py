@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, event, text
 
 from shared.db.errors import StoreError
 
@@ -472,3 +472,23 @@ def peek_schema(path: Path) -> tuple[str | None, list[str]] | None:
     finally:
         conn.close()
     return rev, tables
+
+
+def autoincrement_high_water(conn: Connection, table: str) -> int:
+    """The largest id an AUTOINCREMENT table ever handed out (0: none, or not AUTOINCREMENT)."""
+    found = conn.execute(
+        text("SELECT seq FROM sqlite_sequence WHERE name = :t"), {"t": table}
+    ).scalar()
+    return int(found or 0)
+
+
+def set_autoincrement_high_water(conn: Connection, table: str, value: int) -> None:
+    """Ids of an AUTOINCREMENT table continue after `value` (never below what it holds)."""
+    done = conn.execute(
+        text("UPDATE sqlite_sequence SET seq = max(seq, :v) WHERE name = :t"),
+        {"t": table, "v": value},
+    )
+    if done.rowcount == 0:
+        conn.execute(
+            text("INSERT INTO sqlite_sequence(name, seq) VALUES (:t, :v)"), {"t": table, "v": value}
+        )
