@@ -270,3 +270,27 @@ def test_runner_refuses_a_foreign_file(settings: Settings, hermes_home: Path) ->
     assert code != 0
     assert isinstance(error, StoreError)
     assert "refusing" in str(error)
+
+
+# --- status names the database, on both dialects ---
+
+
+@pytest.mark.both_databases
+def test_status_names_dialect_server_and_schema(
+    hermes_env: dict[str, str], database_url: str | None, hermes_home: Path
+) -> None:
+    upgraded = hermes(hermes_env, "db", "upgrade")
+    assert upgraded.returncode == 0, upgraded.stderr
+    status = hermes(hermes_env, "db", "status")
+    assert status.returncode == 0, status.stderr
+    first, second = status.stdout.strip().splitlines()
+    if database_url is None:
+        assert (
+            first == f"Database: SQLite {sqlite3.sqlite_version}, file {hermes_home / 'state.db'}"
+        )
+    else:
+        schema = database_url.split("search_path%3D", 1)[1].split(",", 1)[0]
+        assert first.startswith("Database: PostgreSQL 1"), first
+        assert "at 127.0.0.1:5432" in first and f"schema {schema}" in first, first
+        assert "password" not in first
+    assert second.endswith(f": schema {HEAD} (newest {HEAD}), up to date"), second
