@@ -169,3 +169,50 @@ def test_the_dashboard_asks_only_for_metrics_that_exist(store: Store) -> None:
     }
     assert len(asked) >= 12
     assert asked <= exported, sorted(asked - exported)
+
+
+def _env_file(name: str) -> dict[str, str]:
+    pairs = (
+        line.split("=", 1)
+        for line in (ROOT / name).read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def test_one_migrate_step_runs_before_every_hermes_service() -> None:
+    """The schema is upgraded once, by `migrate`, and every other hermes service starts only
+    after it exited 0 (not each service upgrading at start, racing the others)."""
+    services = _compose()["services"]
+    migrate = services["migrate"]
+    assert migrate["command"] == ["hermes", "db", "upgrade"]
+    _resolve(migrate["command"][1:])
+    assert migrate["restart"] == "no"
+    waits = migrate["depends_on"]["postgres"]
+    assert waits == {"condition": "service_healthy", "required": False}
+    assert services["postgres"]["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
+    hermes_services = [
+        name
+        for name, service in services.items()
+        if service.get("command", [""])[0] == "hermes" and name != "migrate"
+    ]
+    assert {"worker", "beat", *_receiver_services()} <= set(hermes_services)
+    for name in hermes_services:
+        after = services[name]["depends_on"]
+        assert after["migrate"] == {"condition": "service_completed_successfully"}, name
+        assert after["redis"] == {"condition": "service_healthy"}, name
+
+
+def test_the_postgres_env_file_turns_on_the_profile_and_points_every_service_at_it() -> None:
+    services = _compose()["services"]
+    chosen = _env_file("compose.postgres.env")
+    assert chosen["COMPOSE_PROFILES"] == "postgres"
+    database = services["postgres"]["environment"]
+    url = chosen["HERMES_DATABASE_URL"]
+    user, db = database["POSTGRES_USER"], database["POSTGRES_DB"]
+    assert url.startswith(f"postgresql://{user}:") and url.endswith(f"@postgres:5432/{db}"), url
+    assert "${POSTGRES_PASSWORD:-hermes}" in url  # the password the postgres service got
+    for name, service in services.items():
+        if service.get("command", [""])[0] == "hermes":
+            value = service["environment"]["HERMES_DATABASE_URL"]
+            assert value.startswith("${HERMES_DATABASE_URL:-"), name
