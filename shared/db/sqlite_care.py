@@ -27,8 +27,9 @@ BACKUP_PREFIX = "state-"
 BACKUP_SUFFIX = ".db"
 
 
-def findings(conn: sqlite3.Connection) -> list[str]:
-    """Everything wrong with the database behind `conn` (a driver connection), [] when healthy."""
+def findings(conn: sqlite3.Connection, *, counters: bool = True) -> list[str]:
+    """Everything wrong with the database behind `conn` (a driver connection), [] when healthy;
+    `counters=False` leaves out the message counters (a copy checks those against its source)."""
     found: list[str] = []
     try:
         rows = conn.execute(f"PRAGMA integrity_check({FINDINGS_SHOWN})").fetchall()
@@ -42,7 +43,7 @@ def findings(conn: sqlite3.Connection) -> list[str]:
     for index in FTS_INDEXES:
         if index in tables:
             found += _fts_findings(conn, index)
-    if {"sessions", "messages"} <= tables:
+    if counters and {"sessions", "messages"} <= tables:
         found += _counter_findings(conn, "source_stats" in tables)
     return found
 
@@ -156,11 +157,11 @@ def prune_backups(folder: Path, keep: int) -> tuple[Path, ...]:
     return removed
 
 
-def check_store(store: Store) -> list[str]:
+def check_store(store: Store, *, counters: bool = True) -> list[str]:
     """`findings` on a SQLite store's own connection (the open-time checks already passed)."""
     raw = store.engine.raw_connection()
     try:
-        return findings(_driver(raw))
+        return findings(_driver(raw), counters=counters)
     finally:
         raw.close()
 

@@ -266,3 +266,45 @@ def test_copy_help_names_both_directions(hermes_env: dict[str, str]) -> None:
     done = hermes(hermes_env, "db", "copy", "--help")
     assert done.returncode == 0
     assert "postgresql://" in done.stdout and "sqlite:///" in done.stdout
+
+
+def test_a_killed_copy_to_sqlite_leaves_no_file_and_the_rerun_clears_its_leftover(
+    hermes_env: dict[str, str], pg_target: str, tmp_path: Path
+) -> None:
+    """PostgreSQL -> SQLite, SIGKILLed while the source's messages are locked by this test:
+    the target name never appears half-made; the next copy removes the partial file."""
+    import psycopg
+
+    source = open_store(pg_target)
+    try:
+        fill(source, sessions=5, per_session=3)
+    finally:
+        source.close()
+    back = tmp_path / "copy.db"
+    database = pg_target.rsplit("/", 1)[1]
+    with psycopg.connect(pg_target) as blocker:
+        blocker.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")  # even reads wait
+        running = subprocess.Popen(
+            [*_script(), "db", "copy", "--to", f"sqlite:///{back}"],
+            env={**hermes_env, "HERMES_DATABASE_URL": pg_target},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _wait_for(
+                lambda: any(kind == "Lock" for _, kind in _backends(database)),
+                "the copy to wait on messages",
+            )
+        finally:
+            running.send_signal(signal.SIGKILL)
+            running.communicate(timeout=60)
+        blocker.rollback()
+    assert not back.exists()
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".copy.db.copying-")]
+    assert leftovers, "the killed copy was building its file beside the name"
+
+    rerun = copy(hermes_env, pg_target, f"sqlite:///{back}")
+    assert rerun.returncode == 0, rerun.stderr
+    assert dump(f"sqlite:///{back}") == dump(pg_target)
+    assert sorted(p.name for p in tmp_path.iterdir() if "copy" in p.name) == ["copy.db"]
