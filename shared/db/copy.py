@@ -26,7 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Column, Connection, Table, bindparam, func, inspect, select, text, update
+from sqlalchemy import (
+    Column,
+    Connection,
+    Table,
+    bindparam,
+    func,
+    inspect,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
@@ -243,14 +254,13 @@ def _copy(
                 if held:  # filled between the look and the write
                     raise StoreError(_not_empty(where, held))
                 for table in tables:
-                    on_table(table.name, counts[table.name])
                     if table in REWRITTEN_LAST:
-                        dst.execute(table.delete())
-                    for rows in _batches(src, table, batch):
-                        _insert(dst, table, rows)
-                        on_rows(table.name, len(rows))
-                    if table.name == "messages":
-                        _restore_counters(src, dst, batch)
+                        continue
+                    _copy_table(src, dst, table, counts[table.name], batch, on_table, on_rows)
+                _restore_counters(src, dst, batch)
+                for table in REWRITTEN_LAST:  # after the counters: their triggers write these
+                    dst.execute(table.delete())
+                    _copy_table(src, dst, table, counts[table.name], batch, on_table, on_rows)
                 _advance_ids(src, dst, tables)
                 _verify(src, dst, tables, counts)
         except DBAPIError as error:
@@ -259,6 +269,52 @@ def _copy(
                 f"the copy was refused by the target, nothing copied: {cause}"
             ) from None
     return counts
+
+
+def _copy_table(
+    src: Connection,
+    dst: Connection,
+    table: Table,
+    total: int,
+    batch: int,
+    on_table: OnTable,
+    on_rows: OnRows,
+) -> None:
+    """Rows in primary-key order; references within the table (a session's parent) are set in
+    a second pass, so a row may name one that comes after it."""
+    on_table(table.name, total)
+    later = _self_references(table)
+    for rows in _batches(src, table, batch):
+        _insert(dst, table, [{**row, **dict.fromkeys(later)} for row in rows] if later else rows)
+        on_rows(table.name, len(rows))
+    if not later:
+        return
+    keys = list(table.primary_key.columns)
+    change = update(table).where(*(key == bindparam(f"_k_{key.name}") for key in keys))
+    change = change.values({name: bindparam(f"_v_{name}") for name in later})
+    linked = select(*keys, *(table.c[name] for name in later)).where(
+        or_(*(table.c[name].is_not(None) for name in later))
+    )
+    result = src.execution_options(yield_per=batch).execute(linked)
+    for part in result.partitions(batch):
+        dst.execute(
+            change,
+            [
+                {
+                    **{f"_k_{key.name}": row._mapping[key.name] for key in keys},
+                    **{f"_v_{name}": row._mapping[name] for name in later},
+                }
+                for row in part
+            ],
+        )
+
+
+def _self_references(table: Table) -> list[str]:
+    return [
+        column.name
+        for column in table.columns
+        if any(fk.column.table is table for fk in column.foreign_keys)
+    ]
 
 
 def _columns(table: Table) -> list[Column[Any]]:

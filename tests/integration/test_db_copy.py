@@ -75,6 +75,10 @@ def fill(store: Store, sessions: int = 40, per_session: int = 12) -> None:
                 )
             if i % 5 == 0:
                 session_rows.end_session(conn, sid, "idle", now=1.7e9 + i + 1)
+        # A continuation whose parent sorts after it: the copy may not insert in id order alone.
+        session_rows.link_parent(
+            conn, "20250101_000000_abcdef", f"20250101_{sessions - 1:06d}_abcdef"
+        )
         memory.save_note(conn, "cli:local", "prefers metric units", now=1.7e9)
         cron.add_job(conn, schedule="0 9 * * *", prompt="morning summary", now=1.7e9, name="am")
 
