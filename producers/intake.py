@@ -20,7 +20,7 @@ from shared.pipeline import inbox, routes
 from shared.ports import Clock, Waker
 from shared.session_key import SessionKey, derive_session_key
 from shared.settings import Settings
-from shared.turns import InboundTurn, validate_turn
+from shared.turns import InboundTurn, storable_turn, validate_turn
 
 
 @runtime_checkable
@@ -71,7 +71,9 @@ def key_for(turn: InboundTurn, settings: Settings) -> SessionKey:
 
 
 def checked(turn: InboundTurn, settings: Settings) -> Checked:
-    """Raises shared.turns.TurnRejected, before anything is written, for a bad turn."""
+    """Raises shared.turns.TurnRejected, before anything is written, for a bad turn. Text no
+    database can store (NUL, a lone surrogate) is normalised first, the same on both."""
+    turn = storable_turn(turn)
     validate_turn(turn, max_text_chars=settings.pipeline.max_text_chars)
     return Checked(turn, key_for(turn, settings), parse_command(turn.text))
 

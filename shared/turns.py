@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shared.platforms import CHAT_TYPES, known_platforms
+from shared.surrogates import LONE_SURROGATE, storable
 
 MAX_TEXT_CHARS = 32_000
 MAX_ID_CHARS = 256
@@ -62,6 +63,43 @@ class InboundTurn:
         if not self.attachments:
             return None
         return json.dumps([a.as_dict() for a in self.attachments], ensure_ascii=False)
+
+
+def storable_turn(turn: InboundTurn) -> InboundTurn:
+    """`turn` with its free text storable on every database: a NUL or a lone surrogate in the
+    text, the sender's name or an attachment's fields becomes U+FFFD (shared.surrogates), the
+    rule webhook bodies follow. Ids are checked, not changed: one holding NUL is refused."""
+    if not _needs_scrub(turn):
+        return turn
+    return replace(
+        turn,
+        text=_storable(turn.text),
+        user_name=_storable(turn.user_name),
+        attachments=tuple(
+            replace(
+                a,
+                name=_storable(a.name),
+                mime_type=_storable(a.mime_type),
+                url=_storable(a.url),
+                path=_storable(a.path),
+            )
+            if isinstance(a, Attachment)
+            else a
+            for a in turn.attachments
+        ),
+    )
+
+
+def _storable(value: Any) -> Any:
+    return storable(value) if isinstance(value, str) else value
+
+
+def _needs_scrub(turn: InboundTurn) -> bool:
+    values = [turn.text, turn.user_name]
+    for a in turn.attachments:
+        if isinstance(a, Attachment):
+            values += [a.name, a.mime_type, a.url, a.path]
+    return any(isinstance(v, str) and LONE_SURROGATE.search(v) for v in values)
 
 
 def _check_id(name: str, value: str | None, *, required: bool) -> None:

@@ -18,7 +18,10 @@ if TYPE_CHECKING:
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # The newest revision this code knows; a test keeps it equal to Alembic's head.
-HEAD = "0010"
+HEAD = "0012"
+# PostgreSQL advisory lock held by the transaction that migrates a database: processes that
+# open an empty database at once (every service of a fleet starting) make one schema.
+MIGRATION_LOCK = 0x4845524D4553  # "HERMES"
 
 
 def alembic_config(conn: Connection | None = None) -> Config:
@@ -94,9 +97,13 @@ def ensure_head(store: Store, *, upgrade: bool = True) -> None:
 
 
 def upgrade_to_head(store: Store) -> tuple[str | None, str]:
-    """Upgrade under the write lock (two processes opening a new file make one schema)."""
+    """Upgrade under the write lock (two processes opening a new file make one schema): SQLite's
+    BEGIN IMMEDIATE, PostgreSQL's advisory lock (its transactions would otherwise both find no
+    schema and both create it, and all but one fail). The version is read again under it."""
     where = str(store.path or "the database")
     with store.write() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         rev, tables = current_revision(conn)
         if _judge(rev, tables, where):
             command.upgrade(alembic_config(conn), "head")

@@ -39,9 +39,9 @@ sessions = Table(
     Column("ended_at", Float),
     Column("end_reason", Text),
     Column("last_active_at", Float, nullable=False),
-    Column("message_count", Integer, nullable=False, server_default=text("0")),
-    Column("input_tokens", Integer, nullable=False, server_default=text("0")),
-    Column("output_tokens", Integer, nullable=False, server_default=text("0")),
+    Column("message_count", BigInteger, nullable=False, server_default=text("0")),
+    Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
     Index("ix_sessions_last_active", "last_active_at", "id"),  # the listing order (0009)
     Index("ix_sessions_source_last_active", "source", "last_active_at", "id"),
     Index("ix_sessions_parent", "parent_session_id"),
@@ -76,7 +76,7 @@ messages = Table(
     Column("tool_calls", Text),
     Column("tool_call_id", Text),
     Column("tool_name", Text),
-    Column("token_count", Integer),
+    Column("token_count", BigInteger),
     Column("timestamp", Float, nullable=False),
     Column("platform_message_id", Text),
     Index("ix_messages_session", "session_id", "id"),
@@ -95,8 +95,8 @@ source_stats = Table(
     "source_stats",
     metadata,
     Column("source", Text, primary_key=True),
-    Column("sessions", Integer, nullable=False, server_default=text("0")),
-    Column("messages", Integer, nullable=False, server_default=text("0")),
+    Column("sessions", BigInteger, nullable=False, server_default=text("0")),
+    Column("messages", BigInteger, nullable=False, server_default=text("0")),
 )
 
 # --- the turn pipeline (revision 0002) ---

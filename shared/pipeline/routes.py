@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, case, insert, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, case, or_, select, update
 
+from shared.db.conflict import InsertOrSkip
 from shared.db.prepared import Prepared
 from shared.db.schema import routes, sessions
 from shared.pipeline.leases import Lease, LeaseLost
@@ -124,7 +125,23 @@ _FORGET_WAKE = Prepared(
     .where(routes.c.wake_seq == bindparam("b_seq"))
     .values(wake_sent_at=None)
 )
-_INSERT = insert(routes)
+_ROUTE_COLUMNS = (
+    "session_key",
+    "session_id",
+    "platform",
+    "chat_id",
+    "chat_type",
+    "thread_id",
+    "user_id",
+    "next_seq",
+    "wake_sent_at",
+    "wake_seq",
+    "created_at",
+    "updated_at",
+)
+# Two first arrivals (or bindings) of one key may race on PostgreSQL: the loser's insert is
+# skipped and it bumps (or binds) the winner's row instead.
+_INSERT = InsertOrSkip(routes, _ROUTE_COLUMNS, ["session_key"], returning=[routes.c.next_seq])
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,34 +168,60 @@ def bump_arrival(
     """Bump the key's arrival counter (creating its route row); the row lock orders arrivals.
     Also says whether a drain holds the key's lease at this moment, and with `claim_wake`
     whether a wake-up is already on its way (else marks the one the caller will send)."""
+    found = _bump(conn, key, now, claim_wake=claim_wake)
+    if found is not None:
+        return found
+    made = _INSERT.first(
+        conn,
+        _row(key, None, place, now, next_seq=1, wake_sent_at=now if claim_wake else None),
+    )
+    if made is not None:
+        return Arrival(1, held=False, wake_pending=False)
+    # Another first arrival made the row meanwhile (and has committed): count after it.
+    found = _bump(conn, key, now, claim_wake=claim_wake)
+    if found is None:  # pragma: no cover - the row that stopped our insert is there
+        raise RuntimeError(f"route {key} neither updated nor inserted")
+    return found
+
+
+def _bump(conn: Connection, key: str, now: float, *, claim_wake: bool) -> Arrival | None:
     if claim_wake:
         params = {"b_key": key, "b_now": now, "b_stale_before": now - WAKE_PENDING_SECONDS}
         route = _BUMP_SEQ_AND_CLAIM_WAKE.first(conn, params)
     else:
         route = _BUMP_SEQ.first(conn, {"b_key": key, "b_now": now})
-    if route is not None:
-        expires = route["lease_expires_at"]
-        held = route["lease_holder"] is not None and expires is not None and expires > now
-        seq = int(route["next_seq"])
-        pending = claim_wake and not held and route["wake_sent_at"] is not None
-        return Arrival(seq, held, pending and route["wake_seq"] != seq)
-    conn.execute(
-        _INSERT,
-        {
-            "session_key": key,
-            "platform": place.platform,
-            "chat_id": place.chat_id,
-            "chat_type": place.chat_type,
-            "thread_id": place.thread_id,
-            "user_id": place.user_id,
-            "next_seq": 1,
-            "wake_sent_at": now if claim_wake else None,
-            "wake_seq": 1 if claim_wake else None,
-            "created_at": now,
-            "updated_at": now,
-        },
-    )
-    return Arrival(1, held=False, wake_pending=False)
+    if route is None:
+        return None
+    expires = route["lease_expires_at"]
+    held = route["lease_holder"] is not None and expires is not None and expires > now
+    seq = int(route["next_seq"])
+    pending = claim_wake and not held and route["wake_sent_at"] is not None
+    return Arrival(seq, held, pending and route["wake_seq"] != seq)
+
+
+def _row(
+    key: str,
+    session_id: str | None,
+    place: Place,
+    now: float,
+    *,
+    next_seq: int,
+    wake_sent_at: float | None = None,
+) -> dict[str, Any]:
+    return {
+        "session_key": key,
+        "session_id": session_id,
+        "platform": place.platform,
+        "chat_id": place.chat_id,
+        "chat_type": place.chat_type,
+        "thread_id": place.thread_id,
+        "user_id": place.user_id,
+        "next_seq": next_seq,
+        "wake_sent_at": wake_sent_at,
+        "wake_seq": next_seq if wake_sent_at is not None else None,
+        "created_at": now,
+        "updated_at": now,
+    }
 
 
 def forget_wake(conn: Connection, key: str, seq: int) -> None:
@@ -252,33 +295,27 @@ def move_session(conn: Connection, key: str, old_id: str, new_id: str, now: floa
 
 def bind_route(conn: Connection, key: str, session_id: str, place: Place, now: float) -> None:
     """Point the route `key` at `session_id`, creating the route if it has never had a turn."""
+    if _bind(conn, key, session_id, now):
+        return
+    if _insert_bound(conn, key, session_id, place, now):
+        return
+    _bind(conn, key, session_id, now)  # a first arrival made the row meanwhile
+
+
+def _bind(conn: Connection, key: str, session_id: str, now: float) -> bool:
     done = conn.execute(
         update(routes)
         .where(routes.c.session_key == key)
         .values(session_id=session_id, pending_title=None, updated_at=now)
     )
-    if done.rowcount:
-        return
-    _insert_bound(conn, key, session_id, place, now)
+    return bool(done.rowcount)
 
 
 def _insert_bound(
     conn: Connection, key: str, session_id: str | None, place: Place, now: float
-) -> None:
-    conn.execute(
-        insert(routes).values(
-            session_key=key,
-            session_id=session_id,
-            platform=place.platform,
-            chat_id=place.chat_id,
-            chat_type=place.chat_type,
-            thread_id=place.thread_id,
-            user_id=place.user_id,
-            next_seq=0,
-            created_at=now,
-            updated_at=now,
-        )
-    )
+) -> bool:
+    """Make the route pointing at `session_id`; False when it exists (then nothing changed)."""
+    return _INSERT.first(conn, _row(key, session_id, place, now, next_seq=0)) is not None
 
 
 # --- a chat that changed its id (Telegram's group → supergroup) ---
@@ -308,16 +345,12 @@ def move_to_chat(
 ) -> None:
     """Give the route's session to `new_key` (made if missing, or taken if it has none) and
     point the old route at the new chat id."""
-    existing = conn.execute(
-        select(routes.c.session_id).where(routes.c.session_key == new_key)
-    ).first()
-    if existing is None:
-        place = Place(platform, new_chat, route.chat_type, route.thread_id, route.user_id)
-        _insert_bound(conn, new_key, route.session_id, place, now)
-    elif existing.session_id is None and route.session_id is not None:
+    place = Place(platform, new_chat, route.chat_type, route.thread_id, route.user_id)
+    if not _insert_bound(conn, new_key, route.session_id, place, now) and route.session_id:
+        # The new key's route exists: it takes the session only if it has none.
         conn.execute(
             update(routes)
-            .where(routes.c.session_key == new_key)
+            .where(routes.c.session_key == new_key, routes.c.session_id.is_(None))
             .values(session_id=route.session_id, updated_at=now)
         )
     conn.execute(

@@ -16,6 +16,9 @@ from sqlalchemy import Connection, delete, func, insert, select
 from shared.db.schema import memories
 
 MAX_NOTE_CHARS = 2_000
+# The first half of the PostgreSQL advisory lock key a memory save takes (the owner's hash
+# is the second): a constant of our own, so no other lock shares its keys.
+MEMORY_LOCK_CLASS = 0x4D454D  # "MEM"
 LOCAL_USER = "local"
 
 
@@ -74,6 +77,10 @@ def save_note(
 ) -> int:
     """Save a note (an identical note already kept is not duplicated); returns its id."""
     text = clean_note(content)
+    if conn.dialect.name == "postgresql":
+        # One saver per owner at a time: two turns saving the same note at once would both
+        # find it missing (SQLite's one writer orders them already).
+        conn.execute(select(func.pg_advisory_xact_lock(MEMORY_LOCK_CLASS, func.hashtext(owner))))
     same = conn.execute(
         select(memories.c.id).where(memories.c.owner == owner, memories.c.content == text)
     ).scalar()

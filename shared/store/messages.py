@@ -13,6 +13,7 @@ from shared.db.errors import SessionNotFound
 from shared.db.prepared import Prepared
 from shared.db.schema import messages, sessions
 from shared.model import MessageRecord
+from shared.surrogates import LONE_SURROGATE, storable
 
 
 def encode_tool_calls(tool_calls: Sequence[dict[str, Any]] | str | None) -> str | None:
@@ -79,12 +80,18 @@ def _bump(
         raise SessionNotFound(session_id)
 
 
+def _storable(text: str | None) -> str | None:
+    return storable(text) if text is not None and LONE_SURROGATE.search(text) else text
+
+
 def _values(session_id: str, row: NewRow) -> dict[str, Any]:
     return {
         "session_id": session_id,
         "role": row.role,
-        "content": row.content,
-        "tool_calls": encode_tool_calls(row.tool_calls),
+        # A model's reply or a tool's output may hold NUL, which PostgreSQL cannot store: the
+        # rule of text from outside (shared.surrogates) keeps a turn the same on both.
+        "content": _storable(row.content),
+        "tool_calls": _storable(encode_tool_calls(row.tool_calls)),
         "tool_call_id": row.tool_call_id,
         "tool_name": row.tool_name,
         "token_count": row.token_count,

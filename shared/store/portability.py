@@ -163,14 +163,16 @@ def _check_value(column: Column[Any], value: Any, where: str) -> Any:
 
 def _utf8(value: str, where: str) -> str:
     """`value` if the database can store it: JSON's \\ud800 escapes decode to lone surrogates,
-    which are no text and make the driver fail at insert time."""
+    which are no text and make the driver fail at insert time. A NUL, which SQLite keeps and
+    PostgreSQL cannot, becomes U+FFFD (shared.surrogates' rule for text from outside), so an
+    export imports the same into either."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
         raise BadLine(
             f"{where} is not valid Unicode text (lone surrogate at character {error.start + 1})"
         ) from None
-    return value
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
 
 
 def _encode_tool_calls(value: Any, where: str) -> str | None:

@@ -3,11 +3,12 @@ lineages: `shared.store.lineage`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import Connection, Text, and_, bindparam, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from shared.db.errors import SessionNotFound, TitleInUse
 from shared.db.prepared import Prepared
@@ -45,10 +46,17 @@ def create_session(
         clean = validate_title(title)
         _ensure_title_free(conn, clean, session_id)
         values.update(title=clean, title_source=title_source.label)
-    if values.keys() <= _CREATE_COLUMNS:
-        _CREATE.rowcount(conn, {**_CREATE_EMPTY, **values})
+
+    def insert_row() -> None:
+        if values.keys() <= _CREATE_COLUMNS:
+            _CREATE.rowcount(conn, {**_CREATE_EMPTY, **values})
+        else:
+            conn.execute(insert(sessions), values)
+
+    if title is None:
+        insert_row()
     else:
-        conn.execute(insert(sessions), values)
+        _taking_title(conn, values["title"], insert_row)
     return SessionRecord(**values)
 
 
@@ -100,6 +108,25 @@ def _ensure_title_free(conn: Connection, title: str, session_id: str) -> None:
         raise TitleInUse(title, holder)
 
 
+def _taking_title(conn: Connection, title: str, write: Callable[[], None]) -> None:
+    """Run `write`, which gives a session `title` after `_ensure_title_free` found it free.
+
+    SQLite's one writer makes that look final. On PostgreSQL another transaction may take the
+    title between the look and the write: its unique index then refuses ours (after waiting for
+    the other to commit), which is the same TitleInUse the look would have raised."""
+    if conn.dialect.name == "sqlite":
+        write()
+        return
+    try:
+        with conn.begin_nested():
+            write()
+    except IntegrityError as error:
+        holder = title_holder(conn, title)
+        if holder is None:
+            raise  # not the title's index
+        raise TitleInUse(title, holder) from error
+
+
 def set_title(
     conn: Connection,
     session_id: str,
@@ -116,7 +143,12 @@ def set_title(
         return True
     clean = validate_title(title)
     _ensure_title_free(conn, clean, session_id)
-    _SET_TITLE.rowcount(conn, {"b_id": session_id, "b_title": clean, "b_source": source.label})
+    params = {"b_id": session_id, "b_title": clean, "b_source": source.label}
+
+    def write() -> None:
+        _SET_TITLE.rowcount(conn, params)
+
+    _taking_title(conn, clean, write)
     return True
 
 
