@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -47,6 +48,9 @@ class Store:
             if engine.dialect.name == "sqlite" and path
             else None
         )
+        # Other dialects: whether this thread is inside a write (one transaction per thread, as
+        # the group enforces on SQLite: a nested one could wait for its own outer one's locks).
+        self._inside = threading.local()
         # Told how long each committed write took, waiting for the lock included (metrics).
         self.observe_write: Callable[[float], None] | None = None
         self._counted = False  # in _OPEN (set by `connect`)
@@ -94,13 +98,27 @@ class Store:
             raise
 
     @contextmanager
+    def _one_per_thread(self) -> Iterator[None]:
+        if getattr(self._inside, "write", False):
+            raise RuntimeError("store.write() inside store.write(): one transaction per thread")
+        self._inside.write = True
+        try:
+            yield
+        finally:
+            self._inside.write = False
+
+    @contextmanager
     def write(self) -> Iterator[Connection]:
         """One write transaction (BEGIN IMMEDIATE on SQLite): commit on exit, roll back on error."""
         self._check_process()
         self.check_writable()
         started = time.perf_counter()
         if self._group is None:
-            with self._corrupt_is_store_error(), self._writer.begin() as conn:
+            with (
+                self._corrupt_is_store_error(),
+                self._one_per_thread(),
+                self._writer.begin() as conn,
+            ):
                 yield conn
         else:
             with self._corrupt_is_store_error(), self._group.unit() as conn:
@@ -123,7 +141,7 @@ class Store:
         started = time.perf_counter()
         with self._corrupt_is_store_error():
             if self._group is None:
-                with self._writer.begin() as conn:
+                with self._one_per_thread(), self._writer.begin() as conn:
                     result = work(conn)
             else:
                 result = self._group.run(work)
@@ -148,7 +166,7 @@ class Store:
                 return self._group.run_many(works)
         outcomes: list[T | Exception] = []
         try:
-            with self._corrupt_is_store_error(), self._writer.begin() as conn:
+            with self._one_per_thread(), self._writer.begin() as conn:
                 for work in works:
                     try:
                         with conn.begin_nested():

@@ -34,6 +34,8 @@ from tests.chaos import (
 )
 from tests.pipeline_helpers import turn
 
+pytestmark = pytest.mark.both_databases
+
 LEASE = 2.0
 
 

@@ -21,6 +21,8 @@ from workers.delivery.base import MemorySender, RetryLater
 from workers.drain import drain
 from workers.flush import flush
 
+pytestmark = pytest.mark.both_databases
+
 
 @pytest.fixture
 def fast_settings(hermes_env: dict[str, str]) -> Settings:

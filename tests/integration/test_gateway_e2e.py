@@ -21,6 +21,8 @@ from tests.fakes.slack_api import FakeSlack
 from tests.fakes.stack import Proc, redis_db_url, start_gateway, start_worker, wait_for
 from tests.fakes.telegram_api import FakeTelegram
 
+pytestmark = pytest.mark.both_databases
+
 TG_TOKEN = "123456789:AAFakeTokenForTestsE2ESecret"
 TG_SECRET = "webhook-secret-e2e"
 SLACK_TOKEN = "xoxb-e2e-SlackBotTokenSecret"

@@ -28,6 +28,8 @@ from workers.agent.base import AgentRequest
 from workers.drain import drain
 from workers.redrive import redrive
 
+pytestmark = pytest.mark.both_databases
+
 
 @pytest.fixture
 def short_lease(hermes_env: dict[str, str]) -> Settings:
@@ -48,13 +50,31 @@ def second_store(settings: Settings, store: Store) -> Iterator[Store]:
     opened.close()
 
 
+class WriteLockBusy(Exception):
+    """Someone held the tables a turn writes for longer than the test waited."""
+
+
 def _take_write_lock(settings: Settings, timeout: float) -> None:
-    """BEGIN IMMEDIATE on a fresh connection: raises if someone holds the write lock too long."""
-    assert settings.state_db_path is not None
+    """Lock what a turn writes, on a fresh connection: raises WriteLockBusy if someone holds it
+    too long. SQLite: BEGIN IMMEDIATE; PostgreSQL: the turn's tables in EXCLUSIVE mode (which
+    any open transaction that wrote them holds off)."""
+    if settings.state_db_path is None:
+        import psycopg
+
+        with psycopg.connect(settings.resolved_database_url, autocommit=True) as pg:
+            pg.execute(f"SET lock_timeout = '{int(timeout * 1000)}ms'")
+            try:
+                with pg.transaction():
+                    pg.execute("LOCK TABLE routes, inbox, sessions, messages IN EXCLUSIVE MODE")
+            except psycopg.errors.LockNotAvailable as error:
+                raise WriteLockBusy(str(error)) from error
+        return
     conn = sqlite3.connect(settings.state_db_path, timeout=timeout, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("ROLLBACK")
+    except sqlite3.OperationalError as error:
+        raise WriteLockBusy(str(error)) from error
     finally:
         conn.close()
 
@@ -74,7 +94,7 @@ def test_a_long_turn_keeps_its_lease_and_holds_no_transaction(
         try:  # no transaction is open while the model thinks: others can write
             _take_write_lock(short_lease, timeout=1.0)
             lock_taken.append(True)
-        except sqlite3.OperationalError:
+        except WriteLockBusy:
             lock_taken.append(False)
         time.sleep(3 * short_lease.pipeline.lease_seconds)
         return f"slow reply to {request.turn.text}"

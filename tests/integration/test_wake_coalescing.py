@@ -14,6 +14,8 @@ from shared.settings import Settings, load_settings
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
 from workers.drain import drain
 
+pytestmark = pytest.mark.both_databases
+
 
 @pytest.fixture
 def settings(hermes_env: dict[str, str]) -> Settings:
