@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from producers.broker import BrokerWaker, broker_client
 from producers.intake import accept
@@ -155,6 +156,7 @@ def test_chaos_every_turn_exactly_once_in_order(tmp_path: Path, hermes_env: dict
         log.append(f"re-sent {duplicates} events at the end")
         left = _wait_done(settings, 240)
         verdict = verify(store, expected)
+        after = _fences(store, list(in_flight))
         store.close()
         print("\n".join(log))
         print(f"verdict: {verdict}")
@@ -166,15 +168,28 @@ def test_chaos_every_turn_exactly_once_in_order(tmp_path: Path, hermes_env: dict
         # At least one session the paused worker was mid-turn on was taken over while it was
         # stopped (checked before SIGCONT), and the checks above show that its late writes
         # there landed nowhere. (Its other sessions it may simply finish once resumed.)
-        after = _fences(fleet.home / "state.db", list(in_flight))
         assert any(after[key] > fence for key, fence in in_flight.items()), (in_flight, after)
     finally:
         fleet.stop()
 
 
-def _write_lock_free(db: Path) -> bool:
-    """True if nobody holds the writers' gate (the flock hermes writers queue on) nor SQLite's
-    write lock: a holder paused with either would stall every other worker, not be fenced."""
+def _write_lock_free(store: Store) -> bool:
+    """True if the (just stopped) holder is between transactions: a holder paused inside one
+    would stall others rather than be fenced. SQLite: nobody holds the writers' gate (the
+    flock hermes writers queue on) nor SQLite's write lock. PostgreSQL: no connection has sat
+    idle inside a transaction for longer than a live worker's short writes take."""
+    if store.path is None:
+        time.sleep(0.3)
+        with store.read() as conn:
+            stuck = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND state LIKE 'idle in transaction%' "
+                    "AND state_change < now() - interval '200 milliseconds'"
+                )
+            ).scalar_one()
+        return not stuck
+    db = store.path
     gate = os.open(f"{db}-writer.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -194,38 +209,37 @@ def _write_lock_free(db: Path) -> bool:
         conn.close()
 
 
-def _held_in_flight(db: Path, pid: int) -> dict[str, int]:
+def _held_in_flight(store: Store, pid: int) -> dict[str, int]:
     """Keys whose lease `pid` holds with a turn running under it: key → fence."""
-    conn = sqlite3.connect(db)
-    try:
+    with store.read() as conn:
         rows = conn.execute(
-            "SELECT r.session_key, r.fence FROM routes r WHERE r.lease_holder LIKE ? AND EXISTS "
-            "(SELECT 1 FROM inbox i WHERE i.session_key = r.session_key AND i.status = 'running')",
-            (f"%:{pid}:%",),
-        ).fetchall()
-    finally:
-        conn.close()
+            text(
+                "SELECT r.session_key, r.fence FROM routes r WHERE r.lease_holder LIKE :holder "
+                "AND EXISTS (SELECT 1 FROM inbox i WHERE i.session_key = r.session_key "
+                "AND i.status = 'running')"
+            ),
+            {"holder": f"%:{pid}:%"},
+        ).all()
     return {str(key): int(fence) for key, fence in rows}
 
 
-def _fences(db: Path, keys: list[str]) -> dict[str, int]:
-    conn = sqlite3.connect(db)
-    try:
+def _fences(store: Store, keys: list[str]) -> dict[str, int]:
+    with store.read() as conn:
         return {
             key: int(
-                conn.execute("SELECT fence FROM routes WHERE session_key = ?", (key,)).fetchone()[0]
+                conn.execute(
+                    text("SELECT fence FROM routes WHERE session_key = :key"), {"key": key}
+                ).scalar_one()
             )
             for key in keys
         }
-    finally:
-        conn.close()
 
 
-def _wait_taken_over(db: Path, in_flight: dict[str, int], timeout: float) -> list[str]:
+def _wait_taken_over(store: Store, in_flight: dict[str, int], timeout: float) -> list[str]:
     """The keys whose fence moved past the paused holder's, waiting up to `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
-        now = _fences(db, list(in_flight))
+        now = _fences(store, list(in_flight))
         moved = [key for key, fence in in_flight.items() if now[key] > fence]
         if moved or time.monotonic() > deadline:
             return moved
@@ -239,16 +253,20 @@ def _pause_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> tuple[i
     so the pause is retried until it catches the holder between transactions.
     """
     ours = {proc.pid: proc for proc in fleet.workers}
-    db = fleet.home / "state.db"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    # The window opens when a worker first holds a lease: workers starting on a loaded
+    # machine may take a while to take their first turn.
+    first_seen = time.monotonic() + 180
+    while time.monotonic() < first_seen + 20:
         holders = [pid for pid in lease_holder_pids(store) if pid in ours]
         if not holders:
+            if time.monotonic() > first_seen:
+                break
             time.sleep(0.02)
             continue
+        first_seen = min(first_seen, time.monotonic())
         victim = ours[holders[0]]
         victim.send_signal(signal.SIGSTOP)
-        in_flight = _held_in_flight(db, victim.pid) if _write_lock_free(db) else {}
+        in_flight = _held_in_flight(store, victim.pid) if _write_lock_free(store) else {}
         if not in_flight:
             victim.send_signal(signal.SIGCONT)
             time.sleep(0.05)
@@ -259,7 +277,7 @@ def _pause_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> tuple[i
         # resumed holder really is fenced out there (bounded: a takeover needs the lease to
         # expire and a redrive sweep, both a few seconds here, then the wake-up's turn in a
         # queue that may hold thousands of this run's wake-ups on a loaded machine).
-        taken_over = _wait_taken_over(db, in_flight, timeout=LEASE * 30)
+        taken_over = _wait_taken_over(store, in_flight, timeout=LEASE * 30)
         assert taken_over, f"no session of the paused holder was taken over: {in_flight}"
         log.append(f"{len(taken_over)} of its sessions taken over while it was stopped")
         victim.send_signal(signal.SIGCONT)
