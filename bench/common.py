@@ -154,3 +154,39 @@ def start_redis(children: Children, work: Path | None = None) -> str:
     finally:
         client.close()
     raise RuntimeError("the private redis-server did not answer within 10 s")
+
+
+# --- PostgreSQL (--database-url) ---
+
+
+_MADE: list[str] = []  # the schemas this process made (dropped at its end)
+
+
+def fresh_schema(database_url: str | None, tag: str) -> str | None:
+    """None stays None (the store is state.db in HERMES_HOME); for a PostgreSQL database URL, a
+    new empty schema `bench_<tag>_<random>` in it and the URL whose search_path is that schema
+    (extensions stay in public), so each phase starts on an empty store as it does on SQLite."""
+    if database_url is None:
+        return None
+    import uuid
+
+    import psycopg
+
+    schema = f"bench_{tag.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(database_url, autocommit=True) as db:
+        db.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+        db.execute(f'CREATE SCHEMA "{schema}"')
+    _MADE.append(schema)
+    separator = "&" if "?" in database_url else "?"
+    return f"{database_url}{separator}options=-csearch_path%3D{schema},public"
+
+
+def drop_bench_schemas(database_url: str | None) -> None:
+    """Drop the schemas `fresh_schema` made in this process."""
+    if database_url is None or not _MADE:
+        return
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as db:
+        while _MADE:
+            db.execute(f'DROP SCHEMA IF EXISTS "{_MADE.pop()}" CASCADE')

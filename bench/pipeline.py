@@ -39,7 +39,7 @@ if str(ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
-from bench.common import Children, log, start_redis  # noqa: E402
+from bench.common import Children, drop_bench_schemas, log, start_redis  # noqa: E402
 from bench.pipeline_embedded import embedded_phase  # noqa: E402
 from bench.pipeline_slow import slow_phase  # noqa: E402
 from bench.pipeline_stack import Pool, Sizes  # noqa: E402
@@ -85,6 +85,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="comma list of throughput, slow, embedded",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    parser.add_argument(
+        "--database-url",
+        help="a PostgreSQL database (postgresql://…) to run on: each phase gets a fresh schema "
+        "in it, dropped at the end (default: state.db in each phase's HERMES_HOME)",
+    )
     return parser.parse_args(argv)
 
 
@@ -105,6 +110,7 @@ def run(args: argparse.Namespace, work: Path, children: Children) -> dict[str, A
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "pool": {"processes": pool.processes, "concurrency": pool.concurrency, "kind": pool.kind},
         "producer_threads": args.producers,
+        "database": "postgresql" if args.database_url else "sqlite",
     }
     broker = start_redis(children, work) if phases & {"throughput", "slow"} else ""
     if "throughput" in phases:
@@ -113,14 +119,24 @@ def run(args: argparse.Namespace, work: Path, children: Children) -> dict[str, A
         for each in pools:
             redis.Redis.from_url(broker).flushdb()
             runs[each.kind] = throughput_phase(
-                children, work, broker, each, args.producers, sizes, sessions, per_session
+                children,
+                work,
+                broker,
+                each,
+                args.producers,
+                sizes,
+                sessions,
+                per_session,
+                args.database_url,
             )
         out.update(best_of(runs))
     if "slow" in phases:
         latency = args.latency_ms / 1000
-        out["slow"] = slow_phase(children, work, broker, pool, args.producers, sizes, latency)
+        out["slow"] = slow_phase(
+            children, work, broker, pool, args.producers, sizes, latency, args.database_url
+        )
     if "embedded" in phases:
-        out["embedded"] = embedded_phase(children, work, pool, sizes.hops)
+        out["embedded"] = embedded_phase(children, work, pool, sizes.hops, args.database_url)
     out["targets"] = _targets(out)
     return out
 
@@ -171,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         children.close()
+        drop_bench_schemas(args.database_url)
         if args.keep:
             log(f"work directory kept: {work}")
         else:

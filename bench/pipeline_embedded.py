@@ -81,9 +81,11 @@ def embedded_hops(stack: Stack, count: int, warm: int = 5) -> dict[str, Any]:
     }
 
 
-def embedded_phase(children: Children, work: Path, pool: Pool, hops: int) -> dict[str, Any]:
+def embedded_phase(
+    children: Children, work: Path, pool: Pool, hops: int, database_url: str | None = None
+) -> dict[str, Any]:
     home = work / "embedded"
-    env = worker_env(home, None, 0)
+    env = worker_env(home, None, 0, database_url)
     settings = load_settings(env)
     broker = EmbeddedRedis(settings.run_dir)
     broker.start()

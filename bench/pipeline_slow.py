@@ -101,10 +101,12 @@ def slow_phase(
     producers: int,
     sizes: Sizes,
     latency: float,
+    database_url: str | None = None,
 ) -> dict[str, Any]:
     home = work / "slow"
     redis.Redis.from_url(broker).flushdb()
-    stack = Stack(children, home, worker_env(home, broker, latency * 1000), pool, producers)
+    env = worker_env(home, broker, latency * 1000, database_url)
+    stack = Stack(children, home, env, pool, producers)
     try:
         log(f"slow model ({latency:g} s): starting workers")
         stack.start_workers()

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from bench.common import Children, percentiles
+from bench.common import Children, fresh_schema, percentiles
 from bench.pipeline_turns import in_threads, make_turn, max_turn_id, wait_for
 from producers.broker import PUBLISH_RETRY, BrokerWaker, broker_client
 from producers.intake import accept
@@ -141,9 +141,16 @@ def _redis_for(url: str) -> redis.Redis:
     return redis.Redis.from_url(url)
 
 
-def worker_env(home: Path, broker_url: str | None, latency_ms: float) -> dict[str, str]:
+def worker_env(
+    home: Path, broker_url: str | None, latency_ms: float, database_url: str | None = None
+) -> dict[str, str]:
+    """The environment of a stack's processes; with `database_url` (PostgreSQL) the store is a
+    fresh schema of that database (bench.common.fresh_schema), else state.db in `home`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
     env["HERMES_HOME"] = str(home)
+    store_url = fresh_schema(database_url, home.name)
+    if store_url is not None:
+        env["HERMES_DATABASE_URL"] = store_url
     if broker_url is not None:
         env["HERMES_BROKER_URL"] = broker_url
     env["HERMES_MODEL__OFFLINE_LATENCY_MS"] = str(latency_ms)

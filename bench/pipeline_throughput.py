@@ -84,9 +84,11 @@ def throughput_phase(
     sizes: Sizes,
     sessions: int,
     per_session: int,
+    database_url: str | None = None,
 ) -> dict[str, Any]:
     home = work / f"zero-{pool.kind}"
-    stack = Stack(children, home, worker_env(home, broker, 0), pool, producers)
+    env = worker_env(home, broker, 0, database_url)
+    stack = Stack(children, home, env, pool, producers)
     try:
         log(f"zero latency: starting {pool.processes} x {pool.kind}({pool.concurrency}) workers")
         stack.start_workers()

@@ -46,9 +46,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import corpus
-from bench.common import ms
+from bench.common import drop_bench_schemas, ms
 from bench.common import quantile as pct
 from bench.store_appends import measure_appends, measure_fleet_appends
+from bench.store_postgres import copy_corpus
 from shared.db import migrate, schema
 from shared.db import sqlite as store_sqlite
 from shared.db.engine import Store, connect, open_store
@@ -329,6 +330,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-fleet", action="store_true", help="skip the appends beside a checkpointer process"
     )
+    parser.add_argument(
+        "--database-url",
+        help="time on this PostgreSQL database (postgresql://…): the built corpus is copied "
+        "into a fresh schema of it (dropped at the end); SQLite-only figures are left out",
+    )
     args = parser.parse_args(argv)
     default_sessions, default_messages = QUICK if args.quick else FULL
     args.sessions = args.sessions or default_sessions
@@ -358,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
         built_size = measure_size(path)
         result["built_bytes_per_message"] = built_size["bytes_per_message"]
         say(f"size after build: {built_size['bytes_per_message']} B/msg")
+        if args.database_url:
+            result.update(on_postgres(args, path, workdir))
+            return finish(result, args, started, load_before)
         bare: Store | None = None
         if not args.no_bare:
             bare_path = workdir / "bare.db"
@@ -409,6 +418,44 @@ def main(argv: list[str] | None = None) -> int:
             f"size: {result['bytes_per_message']} B/msg ({result['db_bytes']:,} bytes; content "
             f"{result['content_bytes_per_message']} B/msg); {result['bytes_per_message_by_object']}"
         )
+    return finish(result, args, started, load_before)
+
+
+def on_postgres(args: argparse.Namespace, path: Path, workdir: Path) -> dict[str, Any]:
+    result: dict[str, Any] = {"database": "postgresql"}
+    store, seconds = copy_corpus(path, args.database_url, progress)
+    try:
+        result["copy_seconds"] = round(seconds, 1)
+        with store.read() as conn:
+            session_ids = [r[0] for r in conn.exec_driver_sql("SELECT id FROM sessions")]
+            messages, sessions = conn.exec_driver_sql(
+                "SELECT SUM(messages), SUM(sessions) FROM source_stats"
+            ).one()
+        result.update(messages=int(messages), sessions=int(sessions))
+        say(f"postgresql: {sessions:,} sessions, {messages:,} messages (copied in {seconds:.0f} s)")
+        result.update(measure_appends(store, None, session_ids, args.appends, args.seed))
+        say(
+            f"append: p50 {result['append_p50_ms']} ms, p99 {result['append_p99_ms']} ms, "
+            f"max {result['append_max_ms']} ms (cpu p99 {result['append_cpu_p99_ms']} ms)"
+        )
+        result.update(measure_reads(store, repeats=200))
+        say(
+            f"list {result['list_ms']} ms (p99 {result['list_p99_ms']}, plain "
+            f"{result['plain_list_ms']}); stats {result['stats_ms']} ms (plain "
+            f"{result['plain_stats_ms']})"
+        )
+        if not args.no_export:
+            result.update(measure_export(store, workdir))
+            say(f"export: {result['export_messages_per_s']:,} messages/s")
+    finally:
+        store.close()
+        drop_bench_schemas(args.database_url)
+    return result
+
+
+def finish(
+    result: dict[str, Any], args: argparse.Namespace, started: float, load_before: float
+) -> int:
     result["total_seconds"] = round(time.perf_counter() - started, 1)
     result["targets"] = TARGETS
     result["targets_met"] = {
