@@ -12,13 +12,13 @@ from sqlalchemy import (
     and_,
     bindparam,
     func,
-    insert,
     literal_column,
     or_,
     select,
     update,
 )
 
+from shared.db.conflict import InsertOrSkip
 from shared.db.prepared import Prepared
 from shared.db.schema import inbox
 from shared.db.schema import routes as routes_table
@@ -117,9 +117,9 @@ _TURN_COLUMNS = (
     "received_at",
     "flush_session_id",
 )
-_INSERT_TURN = Prepared(
-    insert(inbox).values({name: bindparam(name) for name in _TURN_COLUMNS}).returning(inbox.c.id)
-)
+# One event delivered twice at once (a platform's retry, two receivers) may race past
+# `find_event` on PostgreSQL: the second insert is skipped and it answers as a redelivery.
+_INSERT_TURN = InsertOrSkip(inbox, _TURN_COLUMNS, ["platform", "event_id"], [inbox.c.id])
 _NEXT_OPEN = Prepared(
     select(inbox)
     .where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN)
@@ -179,7 +179,7 @@ def record_turn(
         return seen
     place = routes.Place(turn.platform, turn.chat_id, turn.chat_type, turn.thread_id, turn.user_id)
     arrival = routes.bump_arrival(conn, key.key, place, now, claim_wake=claim_wake)
-    turn_id = _INSERT_TURN.scalar(
+    inserted = _INSERT_TURN.first(
         conn,
         {
             "platform": turn.platform,
@@ -201,8 +201,13 @@ def record_turn(
             "flush_session_id": flush_session_id,
         },
     )
+    if inserted is None:  # recorded meanwhile by another transaction (its arrival number
+        seen = find_event(conn, turn.platform, turn.event_id)  # is the turn's; ours is unused)
+        if seen is None:  # pragma: no cover - the row that stopped our insert is there
+            raise RuntimeError(f"event {turn.event_id} neither recorded nor found")
+        return seen
     return Recorded(
-        int(turn_id),
+        int(inserted["id"]),
         key.key,
         arrival.seq,
         duplicate=False,

@@ -125,6 +125,22 @@ def test_a_first_turn_waiting_behind_another_counts_after_it_interleaved(
         assert conn.execute(select(routes.c.next_seq)).scalar_one() == 2
 
 
+def test_one_event_delivered_twice_at_once_is_recorded_once_interleaved(
+    settings: Settings, store: Store
+) -> None:
+    postgres_only(store)
+    accept(store, RecordingWaker(), turn(0), settings=settings, clock=time.time)  # the route
+    with store.write() as conn:
+        first = record(conn, checked(turn(1), settings), time.time())
+        again = Second(store, lambda c: record(c, checked(turn(1), settings), time.time()))
+        assert again.blocked_or_done(store)  # behind our arrival, past its look for the event
+    redelivered = again.join()
+    assert redelivered.duplicate and redelivered.turn_id == first.turn_id
+    assert redelivered.seq == first.seq
+    with store.read() as conn:
+        assert conn.execute(select(inbox.c.seq)).scalars().all() == [1, 2]
+
+
 # --- titles ---
 
 
