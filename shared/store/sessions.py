@@ -278,18 +278,35 @@ class StoreStats:
 
 
 def stats(conn: Connection) -> StoreStats:
-    """Counts from the trigger-kept counters: constant time at any size."""
-    rows = conn.execute(
-        select(source_stats.c.source, source_stats.c.sessions, source_stats.c.messages)
-        .where(source_stats.c.sessions > 0)
-        .order_by(source_stats.c.sessions.desc(), source_stats.c.source)
-    ).all()
-    by_source = [(row.source, row.sessions, row.messages) for row in rows]
+    """Sessions and messages in all and per source, most sessions first.
+
+    SQLite reads its trigger-kept per-source counters (constant time at any size). PostgreSQL
+    keeps no such row (shared.db.postgresql: every append would lock it) and sums the
+    per-session counts instead."""
+    if _source_counters_kept(conn):
+        query = select(source_stats.c.source, source_stats.c.sessions, source_stats.c.messages)
+        query = query.where(source_stats.c.sessions > 0)
+    else:
+        query = select(
+            sessions.c.source.label("source"),
+            func.count().label("sessions"),
+            func.sum(sessions.c.message_count).label("messages"),
+        ).group_by(sessions.c.source)
+    rows = conn.execute(query).all()
+    by_source = sorted(
+        ((str(row.source), int(row.sessions), int(row.messages)) for row in rows),
+        key=lambda entry: (-entry[1], entry[0]),
+    )
     return StoreStats(
         sessions=sum(r[1] for r in by_source),
         messages=sum(r[2] for r in by_source),
         by_source=by_source,
     )
+
+
+def _source_counters_kept(conn: Connection) -> bool:
+    """Whether `source_stats` is kept (by SQLite's triggers; not on PostgreSQL)."""
+    return conn.dialect.name == "sqlite"
 
 
 def prunable(
@@ -315,10 +332,16 @@ def delete_sessions(conn: Connection, session_ids: Sequence[str]) -> int:
 
 
 def count_sessions(conn: Connection, *, source: str | None = None) -> int:
-    """How many sessions (of one source): read from the trigger-kept counters, no scan."""
-    query = select(func.coalesce(func.sum(source_stats.c.sessions), 0))
-    if source:
-        query = query.where(source_stats.c.source == source)
+    """How many sessions (of one source): SQLite reads its trigger-kept counters; PostgreSQL
+    counts through the (source, last_active_at, id) index."""
+    if _source_counters_kept(conn):
+        query = select(func.coalesce(func.sum(source_stats.c.sessions), 0))
+        if source:
+            query = query.where(source_stats.c.source == source)
+    else:
+        query = select(func.count()).select_from(sessions)
+        if source:
+            query = query.where(sessions.c.source == source)
     return int(conn.execute(query).scalar_one())
 
 

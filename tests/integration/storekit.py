@@ -41,21 +41,27 @@ def fts_ids(conn: Connection, query: str) -> set[int]:
 
 
 def fts_integrity_check(conn: Connection) -> None:
-    """FTS5's own check of the index against its content (raises when they disagree)."""
+    """FTS5's own check of the index against its content (raises when they disagree).
+    PostgreSQL keeps its indexes itself: there is no FTS5 index to check there."""
+    if conn.dialect.name != "sqlite":
+        return
     conn.execute(text("INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)"))
 
 
 def counter_drift(conn: Connection) -> list[str]:
-    """Every way the trigger-kept counters differ from COUNT(*); empty when exact."""
+    """Every way the trigger-kept counters differ from COUNT(*); empty when exact. Per
+    session on both dialects; per source where `source_stats` is kept (SQLite)."""
     problems: list[str] = []
     drift = conn.execute(
         text(
-            "SELECT s.id, s.message_count, (SELECT COUNT(*) FROM messages m"
-            " WHERE m.session_id = s.id) AS actual FROM sessions s"
-            " WHERE s.message_count != actual"
+            "SELECT id, message_count, actual FROM (SELECT s.id, s.message_count,"
+            " (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) AS actual"
+            " FROM sessions s) AS counted WHERE message_count != actual"
         )
     ).all()
     problems += [f"session {r[0]}: message_count {r[1]} != {r[2]}" for r in drift]
+    if conn.dialect.name != "sqlite":
+        return problems
     kept = {
         row[0]: (row[1], row[2])
         for row in conn.execute(text("SELECT source, sessions, messages FROM source_stats"))
