@@ -13,6 +13,7 @@ from producers.cli.sessions_io import export_cmd, import_cmd
 from producers.cli.space import file_sizes
 from shared.db import SessionNotFound
 from shared.store import lineage
+from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
 from shared.titles import TitleSource
 from shared.wording import plural
@@ -100,6 +101,11 @@ def stats_cmd(app: App) -> None:
     click.echo(f"Total messages: {totals.messages}")
     for source, count, _messages in totals.by_source:
         click.echo(f"  {source}: {plural(count, 'session', grouped=False)}")
+    on_server = reclaim_store.server_size(store)
+    if on_server is not None:
+        schema, size = on_server
+        click.echo(f"Database size: {human_bytes(size)} (schema {schema} on the PostgreSQL server)")
+        return
     if store.path is None:
         click.echo(f"Database size: not measured here ({store.dialect} server)")
         return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 # `sessions.message_count` is kept by the database on both dialects, so every path that adds
 # or removes messages (appends, imports, trims, copies, a cascade from a deleted session)
 # keeps it, as SQLite's row triggers do (shared.db.sqlite.COUNTER_TRIGGERS). Here they are
@@ -62,3 +64,14 @@ COUNTER_DROP = [
     "DROP FUNCTION IF EXISTS hermes_messages_count_added()",
     "DROP FUNCTION IF EXISTS hermes_messages_count_removed()",
 ]
+
+
+def schema_bytes(conn: Any) -> tuple[str, int]:
+    """(schema, bytes on disk of its tables with their indexes and TOAST): what `sessions stats`
+    reports as the database size (the server's other databases and schemas are not ours)."""
+    row = conn.exec_driver_sql(
+        "SELECT current_schema(), coalesce(sum(pg_total_relation_size(c.oid)), 0)"
+        " FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm')"
+    ).one()
+    return str(row[0]), int(row[1])

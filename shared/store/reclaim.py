@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from shared.db import sqlite
+from shared.db import postgresql, sqlite
 from shared.db.engine import Store
 from shared.sections import MaintenanceSettings
 from shared.store.sessions import prune_batch
@@ -143,6 +143,14 @@ def _driver(store: Store) -> Iterator[sqlite3.Connection]:
 
 def is_sqlite_file(store: Store) -> bool:
     return store.path is not None and store.dialect == "sqlite"
+
+
+def server_size(store: Store) -> tuple[str, int] | None:
+    """(schema, bytes) of the store on a PostgreSQL server; None for a SQLite file."""
+    if store.dialect != "postgresql":
+        return None
+    with store.read() as conn:
+        return postgresql.schema_bytes(conn)
 
 
 def incremental(store: Store) -> bool:

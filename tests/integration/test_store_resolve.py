@@ -14,6 +14,8 @@ from shared.store import sessions as session_rows
 from shared.titles import MAX_TITLE_CHARS, TitleSource
 from tests.integration.storekit import new
 
+pytestmark = pytest.mark.both_databases
+
 # --- lineage: "x" -> "x #2" -> "x #3" ---
 
 
