@@ -23,10 +23,13 @@ from tests.integration.test_cli_sessions_support import (
     NOW,
     Msg,
     Seed,
+    elsewhere,
     hermes,
     invoke,
     seed,
 )
+
+pytestmark = pytest.mark.both_databases
 
 pexpect = pytest.importorskip("pexpect")
 
@@ -208,9 +211,7 @@ def test_progress_bars_show_on_a_terminal(
     rest, status = finish(child)
     assert status == 0
     assert "Exporting" in rest and "Exported 3 sessions (3 messages)" in rest
-    child = spawn(
-        {**hermes_env, "HERMES_HOME": str(tmp_path / "b")}, "sessions", "import", str(out)
-    )
+    child = spawn(elsewhere(hermes_env, tmp_path / "b"), "sessions", "import", str(out))
     rest, status = finish(child)
     assert status == 0
     assert "Importing" in rest and "Imported 3 sessions (3 messages)" in rest

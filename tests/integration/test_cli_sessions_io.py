@@ -18,6 +18,7 @@ from tests.integration.test_cli_sessions_support import (
     NOW,
     Msg,
     Seed,
+    elsewhere,
     good,
     hermes,
     invoke,
@@ -27,6 +28,8 @@ from tests.integration.test_cli_sessions_support import (
     session_ids,
     without_message_ids,
 )
+
+pytestmark = pytest.mark.both_databases
 
 ROOT = "20250601_090000_a0a0a0"
 MIDDLE = "20250602_090000_b1b1b1b1"
@@ -204,7 +207,7 @@ def test_export_and_import_through_the_script_with_stdin(
     exported = hermes(hermes_env, "sessions", "export", "-")
     assert exported.returncode == 0, exported.stderr
     assert exported.stderr == "Exported 3 sessions (5 messages) to stdout.\n"  # no progress bar
-    env = {**hermes_env, "HERMES_HOME": str(tmp_path / "new-home")}
+    env = elsewhere(hermes_env, tmp_path / "new-home")
     done = hermes(env, "sessions", "import", "-", input=exported.stdout)
     assert done.returncode == 0, done.stderr
     assert (

@@ -115,6 +115,15 @@ def hermes(
     )
 
 
+def elsewhere(hermes_env: dict[str, str], home: Path) -> dict[str, str]:
+    """The environment of a second, empty store: a state.db in `home` (whatever database the
+    test runs on, so an export from PostgreSQL is read back into SQLite too)."""
+    return {
+        **{k: v for k, v in hermes_env.items() if k != "HERMES_DATABASE_URL"},
+        "HERMES_HOME": str(home),
+    }
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
