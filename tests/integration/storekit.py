@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from alembic import command
 from sqlalchemy import Connection, text
 
@@ -17,6 +18,12 @@ from shared.db.engine import connect
 from shared.db.migrate import alembic_config
 from shared.store.messages import append_message
 from shared.store.sessions import create_session, end_session, require_session
+
+
+def sqlite_only(store: Store, what: str) -> None:
+    """Skip the PostgreSQL run of a test about something only a SQLite file has."""
+    if store.dialect != "sqlite":
+        pytest.skip(f"SQLite only: {what}")
 
 
 def sqlite_url(path: Path) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from producers.intake import accept
 from shared.db import Store
 from shared.pipeline import outbox
@@ -16,6 +18,8 @@ from shared.store.resume import leave_terminal
 from tests.pipeline_helpers import make_runtime, turn
 from workers.drain import drain
 from workers.runtime import Runtime
+
+pytestmark = pytest.mark.both_databases
 
 
 def say(rt: Runtime, n: int, chat: str, text: str, **extra: object) -> str:

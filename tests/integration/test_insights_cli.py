@@ -19,6 +19,8 @@ from shared.store.sessions import create_session
 from shared.usage import ModelCall, ToolUse
 from tests.integration.test_cli_sessions_support import DAY, NOW, hermes, invoke
 
+pytestmark = pytest.mark.both_databases
+
 # NOW is Sunday 2025-06-15 15:06:40 UTC.
 HOUR = 3_600.0
 

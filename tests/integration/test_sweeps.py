@@ -22,6 +22,8 @@ from workers.drain import drain
 from workers.sweeps import cron as cron_sweep
 from workers.sweeps import index, prune, reset, titles
 
+pytestmark = pytest.mark.both_databases
+
 T0 = 1_780_000_000.0  # a fixed "now" (2026-05-28)
 
 

@@ -32,6 +32,8 @@ from workers.agent.factory import build_agent
 from workers.drain import drain
 from workers.runtime import Runtime
 
+pytestmark = pytest.mark.both_databases
+
 MAIN = "main-model"
 AUX = "aux-model"
 PRICES = "pricing:\n  main-model: {input: 2.0, output: 10.0, cached: 0.5}\n"
