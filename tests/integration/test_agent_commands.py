@@ -13,7 +13,7 @@ from shared.pipeline.routes import route_session_id
 from shared.search import SearchRequest, search
 from shared.settings import Settings
 from shared.store import sessions as session_rows
-from shared.store.messages import append_message
+from shared.store.messages import append_message, transcript
 from shared.store.resume import leave_terminal
 from tests.pipeline_helpers import make_runtime, turn
 from workers.drain import drain
@@ -55,6 +55,32 @@ def test_resume_switches_the_route_to_the_newest_of_a_lineage_and_reopens_it(
         assert "already in session" in say(rt, 9, "c1", "/resume Garden plans")
         assert "No session matches" in say(rt, 10, "c1", "/resume no such thing")
         assert "Usage: /resume" in say(rt, 11, "c1", "/resume")
+    finally:
+        rt.renewer.close()
+
+
+def test_resume_from_an_untitled_session_keeps_it_and_its_messages(
+    settings: Settings, store: Store
+) -> None:
+    """Only a session that holds nothing is dropped when /resume leaves it (on PostgreSQL,
+    before revision 0011 counted messages, every untitled one was taken for empty)."""
+    rt, _ = make_runtime(settings, store)
+    try:
+        say(rt, 1, "c1", "/title Garden plans")
+        say(rt, 2, "c1", "tomatoes or peppers?")
+        say(rt, 3, "c1", "/new")
+        say(rt, 4, "c1", "hi")  # nothing to title it with yet: left untitled
+        untitled = _session_of(rt, "c1")
+        assert untitled is not None
+        resumed = say(rt, 5, "c1", "/resume Garden plans")
+        assert resumed.startswith("Resumed session 'Garden plans'") and ": 2 messages," in resumed
+        with store.read() as conn:
+            kept = session_rows.get_session(conn, untitled)
+            said = [m.content for m in transcript(conn, untitled)]
+        assert kept is not None and kept.title is None and kept.message_count == 2
+        assert said[0] == "hi"
+        listing = say(rt, 6, "c1", "/sessions")
+        assert f"• (untitled) — {untitled}, 2 messages" in listing
     finally:
         rt.renewer.close()
 
@@ -133,6 +159,8 @@ def test_repeated_new_leaves_no_empty_sessions_behind(settings: Settings, store:
         with rt.store.read() as conn:
             listed, _ = session_rows.list_sessions(conn)
         assert sorted(row.record.message_count for row in listed) == [2, 2]
+        if store.dialect != "sqlite":
+            pytest.skip("search on PostgreSQL: pgsearch branch")
         browsed = search(rt.store, SearchRequest())
         assert browsed["count"] == 2
     finally:

@@ -52,6 +52,7 @@ def session_of(rt: Runtime, chat: str = "c1") -> str:
     return session_id
 
 
+@pytest.mark.both_databases  # the count that shows the cap was 0 on PostgreSQL before 0011
 def test_a_session_longer_than_the_history_window_is_compressed(
     hermes_env: dict[str, str], fake: FakeOpenAI, store: Store
 ) -> None:

@@ -9,8 +9,9 @@ import pytest
 from sqlalchemy import Connection
 
 from shared.db import AmbiguousSession, SessionNotFound, Store
-from shared.store import lineage
+from shared.store import lineage, resume
 from shared.store import sessions as session_rows
+from shared.store.messages import append_message
 from shared.titles import MAX_TITLE_CHARS, TitleSource
 from tests.integration.storekit import new
 
@@ -225,3 +226,21 @@ def test_title_is_the_last_resort(store: Store, ids: list[str]) -> None:
 def test_empty_reference_is_not_found(store: Store, ids: list[str], ref: str) -> None:
     with store.read() as conn, pytest.raises(SessionNotFound):
         lineage.resolve(conn, ref)
+
+
+def test_the_latest_session_skips_only_those_holding_nothing(store: Store) -> None:
+    """`hermes -c`: the newest terminal session with a message or a title (on PostgreSQL,
+    before revision 0011 counted messages, every untitled session was skipped)."""
+    with store.write() as conn:
+        new(conn, "titled", now=1.0, title="Named")
+        new(conn, "talked", now=2.0)
+        append_message(conn, "talked", "user", "an untitled conversation", now=3.0)
+        new(conn, "empty", now=4.0)  # a chat that only ran commands
+        new(conn, "elsewhere", now=5.0, source="telegram")
+        append_message(conn, "elsewhere", "user", "hi", now=5.0)
+        latest = resume.latest_session(conn, "cli")
+        assert latest is not None and latest.id == "talked"
+        resume.drop_if_empty(conn, "talked")
+        resume.drop_if_empty(conn, "empty")
+        assert session_rows.session_exists(conn, "talked")
+        assert not session_rows.session_exists(conn, "empty")
