@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import select
 
 from producers.intake import accept
-from shared.db import Store, open_store
+from shared.db import Store
 from shared.db.schema import usage_ledger, usage_sessions
 from shared.pipeline.inbox import get_turn
 from shared.pricing import Pricing
@@ -191,27 +191,19 @@ def _calls(now: float) -> list[ModelCall]:
     ]
 
 
-def test_record_and_report_on_postgresql(postgres_url: str) -> None:
-    """The same writes and reads on PostgreSQL (its upserts, BIGINT sums)."""
-    store = open_store(postgres_url)
-    try:
+def test_records_add_to_the_rollups_and_the_report_sums_them(store: Store) -> None:
+    """A second write adds to the rollup rows the first made (each dialect's upsert); the
+    report's sums are exact integers (BIGINT on PostgreSQL)."""
+    now = time.time()
+    for _ in range(2):
         with store.write() as conn:
-            for table in (usage_ledger, usage_sessions):
-                conn.execute(table.delete())
-            conn.exec_driver_sql("DELETE FROM usage_daily")
-            conn.exec_driver_sql("DELETE FROM usage_tools")
-        now = time.time()
-        for _ in range(2):  # the second write adds to the rollup rows the first made
-            with store.write() as conn:
-                usage.record(conn, _calls(now), usage.Where("slack", "s-pg"), Pricing())
-        with store.read() as conn:
-            report = insights.report(conn, insights.Window(day_of(now) - 6, day_of(now)))
-        total = report.total.usage
-        assert (total.calls, total.input_tokens, total.output_tokens) == (6, 3_120, 516)
-        assert isinstance(total.input_tokens, int)
-        cost = 2 * ((900 * 2.5 + 100 * 1.25 + 200 * 10) + (500 * 2.5 + 50 * 10)) / 1e6
-        assert total.cost == pytest.approx(cost)
-        assert total.unpriced_calls == 2 and total.estimated_calls == 2
-        assert sum(report.daily_calls) == 6 and report.daily_calls[-2:] == [2, 4]
-    finally:
-        store.close()
+            usage.record(conn, _calls(now), usage.Where("slack", "s-pg"), Pricing())
+    with store.read() as conn:
+        report = insights.report(conn, insights.Window(day_of(now) - 6, day_of(now)))
+    total = report.total.usage
+    assert (total.calls, total.input_tokens, total.output_tokens) == (6, 3_120, 516)
+    assert isinstance(total.input_tokens, int)
+    cost = 2 * ((900 * 2.5 + 100 * 1.25 + 200 * 10) + (500 * 2.5 + 50 * 10)) / 1e6
+    assert total.cost == pytest.approx(cost)
+    assert total.unpriced_calls == 2 and total.estimated_calls == 2
+    assert sum(report.daily_calls) == 6 and report.daily_calls[-2:] == [2, 4]
