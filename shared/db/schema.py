@@ -90,7 +90,8 @@ state_meta = Table(
     Column("value", Text),
 )
 
-# Per-source counters kept by triggers, so `stats` never scans.
+# Per-source counters kept by SQLite's triggers, so `stats` never scans there. PostgreSQL
+# leaves the table empty and sums `sessions` instead (why: shared.db.postgresql).
 source_stats = Table(
     "source_stats",
     metadata,
