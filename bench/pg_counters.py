@@ -3,8 +3,8 @@ parallel writers wait on each other, and what `sessions stats` costs without sou
 
     python bench/pg_counters.py --database-url postgresql://… [--quick]
 
-Builds a store in a schema of its own (dropped at the end) with `--sessions` sessions and
-`--messages` messages, then measures with the product's functions:
+Builds a store in a database of its own beside the given one (dropped at the end) with
+`--sessions` sessions and `--messages` messages, then measures with the product's functions:
 
 - appends: `messages.append_message` in `store.write()`, one transaction each, into random
   sessions; p50 / p99 / max, in blocks that alternate with the count triggers present and
@@ -31,9 +31,11 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sqlalchemy import create_engine, make_url
+
 from bench.common import log, percentiles
 from shared.db import postgresql
-from shared.db.engine import Store, connect, open_store
+from shared.db.engine import Store, open_store
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
 
@@ -129,7 +131,9 @@ def reads(store: Store, repeats: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", required=True, help="postgresql://… (a schema is made)")
+    parser.add_argument(
+        "--database-url", required=True, help="postgresql://… (a database is made beside it)"
+    )
     parser.add_argument("--quick", action="store_true", help="a small store (< 60 s in all)")
     parser.add_argument("--sessions", type=int)
     parser.add_argument("--messages", type=int)
@@ -141,12 +145,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--database-url must be a postgresql:// URL")
     sessions, messages = QUICK if args.quick else FULL
     sessions, messages = args.sessions or sessions, args.messages or messages
-    schema = f"bench_counters_{uuid.uuid4().hex[:8]}"
-    admin = connect(args.database_url)
-    with admin.write() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    joiner = "&" if "?" in args.database_url else "?"
-    store = open_store(f"{args.database_url}{joiner}options=-csearch_path%3D{schema},public")
+    # A database of its own beside the given one: a schema would share the server database's
+    # public alembic_version with whatever store lives there.
+    url = make_url(args.database_url)
+    name = f"{url.database}_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    store = open_store(url.set(database=name).render_as_string(hide_password=False))
     try:
         ids = build(store, sessions, messages)
         rng = random.Random(1)
@@ -160,9 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result), flush=True)
     finally:
         store.close()
-        with admin.write() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-        admin.close()
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE "{name}"')
+        admin.dispose()
     return 0
 
 
