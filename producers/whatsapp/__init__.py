@@ -1,0 +1,1 @@
+"""WhatsApp: the Cloud API webhook (verification handshake, signed posts) and its translation."""
