@@ -27,6 +27,7 @@ from starlette.responses import PlainTextResponse, Response
 from producers.gateway.body import BadRequest, media_type, parse_json, read_body
 from producers.gateway.deps import Gateway
 from producers.whatsapp.translate import BadPayload, Ignored, translate
+from shared.platforms import DM
 from shared.turns import InboundTurn, TurnRejected
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,6 @@ class WhatsAppReceiver:
         self.phone_number_id = phone_number_id
         self._token = token
         self._api_base = api_base.rstrip("/")
-        self._client: httpx.Client | None = None
 
     # --- GET: the verification handshake ---
 
@@ -143,26 +143,24 @@ class WhatsAppReceiver:
         """Post each refusal (a worker thread; best effort: the turn is refused either way)."""
         if not self._token or not self.phone_number_id:
             return
-        if self._client is None:
-            self._client = httpx.Client(
-                base_url=self._api_base + "/",
-                headers={"Authorization": f"Bearer {self._token}"},
-                timeout=10,
-            )
-        for turn, text in refusals:
-            body = {
-                "messaging_product": "whatsapp",
-                "recipient_type": "individual" if turn.chat_type == "dm" else "group",
-                "to": turn.chat_id,
-                "type": "text",
-                "text": {"body": text},
-                "context": {"message_id": turn.message_id},
-            }
-            try:
-                self._client.post(f"{self.phone_number_id}/messages", json=body)
-            except httpx.HTTPError as exc:
-                log.info("whatsapp refusal not sent: %s", type(exc).__name__)
+        with httpx.Client(  # refusals are rare (one per user an hour): no pool kept open
+            base_url=self._api_base + "/",
+            headers={"Authorization": f"Bearer {self._token}"},
+            timeout=10,
+        ) as client:
+            for turn, text in refusals:
+                self._refuse(client, turn, text)
 
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+    def _refuse(self, client: httpx.Client, turn: InboundTurn, text: str) -> None:
+        body = {
+            "messaging_product": "whatsapp",
+            "recipient_type": "individual" if turn.chat_type == DM else "group",
+            "to": turn.chat_id,
+            "type": "text",
+            "text": {"body": text},
+            "context": {"message_id": turn.message_id},
+        }
+        try:
+            client.post(f"{self.phone_number_id}/messages", json=body)
+        except httpx.HTTPError as exc:
+            log.info("whatsapp refusal not sent: %s", type(exc).__name__)
