@@ -187,12 +187,8 @@ def _body(name: str = "text") -> bytes:
         (signed(b"\xff\xfe"), b"\xff\xfe", 400),
         (signed(b"[1, 2]"), b"[1, 2]", 400),
         (signed(b"{}"), b"{}", 400),
-        (signed(b'{"object": "whatsapp_business_account", "entry": 5}'), None, 400),
-        (
-            signed(b'{"object": "whatsapp_business_account", "entry": [{"changes": [1]}]}'),
-            None,
-            400,
-        ),
+        (signed(ENTRY_NOT_A_LIST), ENTRY_NOT_A_LIST, 400),
+        (signed(CHANGE_NOT_AN_OBJECT), CHANGE_NOT_AN_OBJECT, 400),
         (signed(b"x" * (MAX_BODY + 1)), b"x" * (MAX_BODY + 1), 413),
     ],
 )
