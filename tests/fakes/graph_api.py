@@ -51,6 +51,7 @@ class FakeGraph:
     media: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # id → (bytes, mime)
     downloads: list[str] = field(default_factory=list)
     window_closed: set[str] = field(default_factory=set)
+    download_base: str | None = None  # where lookups say media are (default: this server)
     scripts: dict[str, deque[str]] = field(default_factory=lambda: defaultdict(deque))
     served: Served | None = None
     _ids: Any = field(default_factory=lambda: itertools.count(1))
@@ -121,10 +122,11 @@ class FakeGraph:
             return _error(400, 100, "Unsupported get request.")
         data, mime = self.media[media_id]
         assert self.served is not None
+        base = self.download_base or self.served.base
         return JSONResponse(
             {
                 "messaging_product": "whatsapp",
-                "url": f"{self.served.base}/media/{media_id}?ext=1&hash=abc",
+                "url": f"{base}/media/{media_id}?ext=1&hash=abc",
                 "mime_type": mime,
                 "sha256": "0" * 64,
                 "file_size": len(data),
