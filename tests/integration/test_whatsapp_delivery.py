@@ -142,6 +142,7 @@ def test_a_server_error_is_retried_with_backoff_and_sent_once(
         assert flush(rt, f"whatsapp:{USER}").sent == 1
     assert graph.texts(USER) == ["hello"]
     assert graph.attempts(USER) == 3  # the 502, the dropped answer, the one that went
+    assert row(wa_store, row_id).status == outbox.SENT
 
 
 def test_an_undeliverable_message_fails_and_a_group_gets_recipient_type_group(
