@@ -210,13 +210,15 @@ def test_the_token_goes_only_to_meta_or_the_configured_api(graph: FakeGraph) -> 
         try:
             with pytest.raises(FetchFailed, match="no credentials sent"):
                 fetcher.fetch(Attachment("image", url="whatsapp:media/m1"), 10_000)
-            allowed = fetcher._download.may_carry_token
+            download = fetcher.downloader()
+            allowed = download.may_carry_token
             assert allowed("https://lookaside.fbsbx.com/whatsapp_business/attachments/?mid=1")
             for url in (
                 "http://lookaside.fbsbx.com/x",
                 "https://lookaside.fbsbx.com.evil.example/x",
             ):
                 assert not allowed(url), url
+            download.close()
         finally:
             fetcher.close()
     assert other.downloads == [] and graph.downloads == []

@@ -182,37 +182,52 @@ def _retry_after(response: httpx.Response) -> float:
 
 
 class WhatsAppFetcher:
-    """A turn's media: its id → a download URL (Graph) → the bytes, with the bearer token."""
+    """A turn's media: its id → a download URL (Graph) → the bytes, with the bearer token.
+
+    Each fetch opens its own connections and closes them: attachments are occasional, and the
+    worker's media processor keeps fetchers for the life of the process without closing them.
+    """
 
     def __init__(self, *, token: str, api_base: str) -> None:
         self._token = token
+        self._api_base = api_base
         self._api = api_base.rstrip("/")
-        self._client = httpx.Client(timeout=TIMEOUT, headers={"Authorization": f"Bearer {token}"})
-        self._download = UrlFetcher(token=token, hosts=MEDIA_HOSTS, api_base=api_base)
+
+    def downloader(self) -> UrlFetcher:
+        """Downloads with the token only from Meta's https hosts or `api_base`'s origin."""
+        return UrlFetcher(token=self._token, hosts=MEDIA_HOSTS, api_base=self._api_base)
+
+    def _lookup(self, media_id: str) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {self._token}"}
+        try:
+            with httpx.Client(timeout=TIMEOUT, headers=headers) as client:
+                answer = client.get(f"{self._api}/{media_id}")
+                found = answer.json() if answer.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError) as exc:
+            message = f"whatsapp: {type(exc).__name__}: {exc}".replace(self._token, "***")
+            raise FetchFailed(message) from None
+        if not isinstance(found, dict) or not isinstance(found.get("url"), str):
+            raise FetchFailed(f"the media lookup answered {answer.status_code} without a URL")
+        return found
 
     def fetch(self, attachment: Attachment, max_bytes: int) -> bytes:
         url = attachment.url or ""
         media_id = url.removeprefix(MEDIA_PREFIX)
         if not url.startswith(MEDIA_PREFIX) or not media_id or "/" in media_id:
             raise FetchFailed("not a WhatsApp media reference")
-        try:
-            answer = self._client.get(f"{self._api}/{media_id}")
-            found = answer.json() if answer.status_code == 200 else {}
-        except (httpx.HTTPError, ValueError) as exc:
-            message = f"whatsapp: {type(exc).__name__}: {exc}".replace(self._token, "***")
-            raise FetchFailed(message) from None
-        where = found.get("url") if isinstance(found, dict) else None
-        if not isinstance(where, str):
-            raise FetchFailed(f"the media lookup answered {answer.status_code} without a URL")
+        found = self._lookup(media_id)
         size = found.get("file_size")
         size = size if isinstance(size, int) and not isinstance(size, bool) else None
         mime = found.get("mime_type") if isinstance(found.get("mime_type"), str) else None
-        media = Attachment(attachment.kind, attachment.name, mime, where, None, size)
-        return self._download.fetch(media, max_bytes)
+        media = Attachment(attachment.kind, attachment.name, mime, found["url"], None, size)
+        download = self.downloader()
+        try:
+            return download.fetch(media, max_bytes)
+        finally:
+            download.close()
 
     def close(self) -> None:
-        self._client.close()
-        self._download.close()
+        """Nothing is held between fetches."""
 
 
 def build(conf: WhatsAppSettings, deps: SenderDeps) -> WhatsAppSender:
