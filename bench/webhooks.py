@@ -1,18 +1,19 @@
-"""Webhook ack benchmark: requests/s the Telegram and Slack endpoints sustain with p99 ack within
-100 ms, over real HTTP on loopback, against a bare endpoint that does nothing, in the same run.
-Progress goes to stderr; the last stdout line is JSON.
+"""Webhook ack benchmark: requests/s the Telegram, Slack and WhatsApp endpoints sustain with p99
+ack within 100 ms, over real HTTP on loopback, against a bare endpoint that does nothing, in the
+same run. Progress goes to stderr; the last stdout line is JSON.
 
     python bench/webhooks.py            # 10 s per load level, 1 to 128 connections
     python bench/webhooks.py --quick    # 2 s per level, two levels, within a minute
 
 Everything runs in child processes this script starts and stops: a private `redis-server` on a
 free port (the broker the gateway's real BrokerWaker publishes wake-ups to), one uvicorn
-process serving the real gateway app (producers/gateway: Telegram and Slack routes, a real
+process serving the real gateway app (producers/gateway: Telegram, Slack and WhatsApp routes, a real
 state.db under a temporary HERMES_HOME, every turn committed before its 200) or the bare app
 (a 200 for any POST, nothing read or written), with the same server settings (the gateway's
 own: httptools, uvloop), and two load processes (a lean asyncio HTTP/1.1 client over
 keep-alive connections, so the load is not the bottleneck) that send unique, valid requests —
-distinct update ids and chats for Telegram, signed events for Slack — and time each request
+distinct update ids and chats for Telegram, signed events for Slack and WhatsApp (a distinct
+wamid and wa_id each, `X-Hub-Signature-256`) — and time each request
 from send to ack. For each endpoint and
 number of concurrent connections it reports requests/s and p50/p99/max ack latency;
 *sustained* is the best requests/s at a level whose p99 is within the target and where every
@@ -26,6 +27,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import platform
@@ -47,6 +50,13 @@ TARGET_P99_MS = 100.0
 TOKEN = "123456789:BenchTokenNotReal"
 SECRET = "bench-webhook-secret"
 SLACK_SECRET = "bench-slack-signing-secret"
+WHATSAPP_SECRET = "bench-whatsapp-app-secret"
+WHATSAPP_PHONE = "106540352242922"
+KINDS = (
+    ("telegram", "/telegram/webhook"),
+    ("slack", "/slack/events"),
+    ("whatsapp", "/whatsapp/webhook"),
+)
 LOADERS = 2
 QUICK_LEVELS = [4, 16]  # --quick: two short levels per endpoint, well within a minute in all
 QUICK_SECONDS = 2.0
@@ -79,9 +89,12 @@ def serve(kind: str, port: int) -> None:
                 Route("/healthz", healthz, methods=["GET"]),
                 Route("/telegram/webhook", nothing, methods=["POST"]),
                 Route("/slack/events", nothing, methods=["POST"]),
+                Route("/whatsapp/webhook", nothing, methods=["POST"]),
             ]
         )
-        server = _server(app)
+        from shared.settings import load_settings
+
+        server = _server(app, load_settings())  # the gateway's own read deadlines too
         run_loop(server.serve(sockets=[sock]))
         return
     from producers.broker import BrokerWaker, broker_client
@@ -144,10 +157,41 @@ def slack_bodies(start: int, count: int) -> list[bytes]:
     return bodies
 
 
+def whatsapp_bodies(start: int, count: int) -> list[bytes]:
+    bodies = []
+    for n in range(start, start + count):
+        wa_id = str(15550000000 + n % 5000)
+        message = {
+            "from": wa_id,
+            "id": f"wamid.BENCH{n:012d}",
+            "timestamp": "1767225600",
+            "type": "text",
+            "text": {"body": f"benchmark message {n}"},
+        }
+        value = {
+            "messaging_product": "whatsapp",
+            "metadata": {"display_phone_number": "15550783881", "phone_number_id": WHATSAPP_PHONE},
+            "contacts": [{"profile": {"name": "Bench"}, "wa_id": wa_id}],
+            "messages": [message],
+        }
+        payload = {
+            "object": "whatsapp_business_account",
+            "entry": [
+                {"id": "102290129340398", "changes": [{"value": value, "field": "messages"}]}
+            ],
+        }
+        bodies.append(json.dumps(payload).encode())
+    return bodies
+
+
 def _request(path: str, port: int, kind: str, body: bytes) -> bytes:
     """One complete HTTP/1.1 request (headers and body in one write: no Nagle stall)."""
     if kind == "telegram":
         extra = f"X-Telegram-Bot-Api-Secret-Token: {SECRET}\r\n"
+    elif kind == "whatsapp":  # Meta's signature (producers/whatsapp/receiver.py's `sign`),
+        # computed here: importing the receiver would cost the first request seconds
+        digest = hmac.new(WHATSAPP_SECRET.encode(), body, hashlib.sha256).hexdigest()
+        extra = f"X-Hub-Signature-256: sha256={digest}\r\n"
     else:
         from producers.slack.signature import sign
 
@@ -222,7 +266,7 @@ async def _drive(
 
 def load(url: str, kind: str, start: int, count: int, connections: int, seconds: float) -> None:
     """`--load`: drive `url` and print the raw latencies as one JSON line."""
-    make = telegram_bodies if kind == "telegram" else slack_bodies
+    make = {"telegram": telegram_bodies, "slack": slack_bodies, "whatsapp": whatsapp_bodies}[kind]
     bodies = make(start, count)
     result = asyncio.run(_drive(url, kind, bodies, connections, seconds))
     print(json.dumps(result))
@@ -330,6 +374,8 @@ def run(args: argparse.Namespace, work: Path, children: Children) -> dict[str, A
             "HERMES_PLATFORMS__TELEGRAM__TOKEN": TOKEN,
             "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": SECRET,
             "HERMES_PLATFORMS__SLACK__SIGNING_SECRET": SLACK_SECRET,
+            "HERMES_PLATFORMS__WHATSAPP__APP_SECRET": WHATSAPP_SECRET,
+            "HERMES_PLATFORMS__WHATSAPP__PHONE_NUMBER_ID": WHATSAPP_PHONE,
             "PYTHONPATH": str(ROOT),
         }
     )
@@ -343,7 +389,7 @@ def run(args: argparse.Namespace, work: Path, children: Children) -> dict[str, A
         )
         try:
             wait_healthy(port, proc)
-            for kind, path in (("telegram", "/telegram/webhook"), ("slack", "/slack/events")):
+            for kind, path in KINDS:
                 name = kind if server == "gateway" else f"bare_{kind}"
                 measured = []
                 for connections in levels:
@@ -381,7 +427,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--serve", choices=["gateway", "bare"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--load", help=argparse.SUPPRESS)
-    parser.add_argument("--kind", choices=["telegram", "slack"], help=argparse.SUPPRESS)
+    parser.add_argument("--kind", choices=[k for k, _ in KINDS], help=argparse.SUPPRESS)
     parser.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--connections", type=int, default=1, help=argparse.SUPPRESS)
@@ -410,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             children.close()
     out: dict[str, Any] = {"bench": "webhooks", "quick": args.quick, "target_p99_ms": TARGET_P99_MS}
-    for kind in ("telegram", "slack"):
+    for kind, _ in KINDS:
         gateway, bare = results[kind], results[f"bare_{kind}"]
         ratio = gateway["sustained_rps"] / bare["sustained_rps"] if bare["sustained_rps"] else None
         out[kind] = {
@@ -427,12 +473,12 @@ def main(argv: list[str] | None = None) -> int:
             "bare_levels": bare["levels"],
         }
     # every 200 the gateway sent is a turn committed first: the two counts must agree
-    acked = sum(out[k]["ok"] for k in ("telegram", "slack"))
+    acked = sum(out[k]["ok"] for k, _ in KINDS)
     out["recorded_turns"] = results["recorded_turns"]
     out["gateway_200s"] = acked
     out["recorded_matches_200s"] = results["recorded_turns"] == acked
     # a level of each endpoint with p99 within the target and no errors at all
-    out["meets_target"] = all(out[k]["at_connections"] is not None for k in ("telegram", "slack"))
+    out["meets_target"] = all(out[k]["at_connections"] is not None for k, _ in KINDS)
     out["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
     out["seconds_per_level"] = QUICK_SECONDS if args.quick else args.seconds
     out["wall_seconds"] = round(time.monotonic() - started, 1)
