@@ -240,3 +240,17 @@ def test_a_stranger_is_refused_over_real_http_and_nothing_runs(
         counts = [stack.scalar(f"SELECT count(*) FROM {t}") for t in ("inbox", "sessions")]
     assert graph.texts(USER) == ["Sorry, this assistant is private."]
     assert counts == [0, 0]
+
+
+@pytest.mark.timeout(180)
+def test_media_that_cannot_be_fetched_is_said_so_and_the_turn_is_still_answered(
+    hermes_env: dict[str, str], redis_url: str, graph: FakeGraph
+) -> None:
+    with whatsapp_stack(hermes_env, redis_url, graph) as stack:  # the media id is unknown
+        assert stack.post(fixture("document")).status_code == 200
+        wait_for(lambda: graph.sent(USER), timeout=60)
+        wait_for(stack.settled, timeout=60)
+        turn = stack.scalar("SELECT status FROM inbox")
+    (answer,) = graph.texts(USER)
+    assert turn == "done"
+    assert "order-4711.pdf — could not be read: the media lookup answered 400" in answer

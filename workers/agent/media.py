@@ -31,6 +31,7 @@ from shared.usage import TRANSCRIPTION, ModelCall
 from workers.agent.auxiliary import Auxiliary, AuxiliaryUnavailable
 from workers.agent.metering import Meter
 from workers.agent.window import estimate_tokens
+from workers.delivery.fetch import FetchFailed
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,7 @@ class MediaProcessor:
             return Item(name, kind, mime, note)
         try:
             data = fetcher.fetch(attachment, self._max_bytes)
-        except FetchError as exc:
+        except (FetchError, FetchFailed) as exc:  # the platforms' fetchers raise FetchFailed
             return Item(name, kind, mime, f"[{kind}: {name} — could not be read: {exc}]")
         if kind == "image":
             if vision:
