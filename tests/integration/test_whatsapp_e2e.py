@@ -37,6 +37,7 @@ APP_SECRET = "whatsapp-e2e-app-secret"
 VERIFY = "whatsapp-e2e-verify"
 PHONE = "106540352242922"
 USER = "16505551234"
+GROUP = "Y2FwaV9ncm91cDoxNzA1NTU1MDEzOToxMjAzNjM0MDQ2OTQyMzM4MjAZD"
 REDIS_DB = 12
 OFFLINE = "[offline model] I am the offline model (no model endpoint is configured), "
 
@@ -125,7 +126,7 @@ def fixture(name: str) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(180)
-def test_a_dm_is_answered_once_quoting_it_and_statuses_store_nothing(
+def test_a_dm_and_a_group_turn_are_answered_once_quoting_them_and_statuses_store_nothing(
     hermes_env: dict[str, str], redis_url: str, graph: FakeGraph
 ) -> None:
     with whatsapp_stack(hermes_env, redis_url, graph) as stack:
@@ -144,9 +145,20 @@ def test_a_dm_is_answered_once_quoting_it_and_statuses_store_nothing(
         assert stack.post(fixture("repeated_text")).status_code == 200  # Meta's redelivery
         assert stack.post(fixture("status_delivered")).status_code == 200
         assert stack.post(fixture("status_failed_window")).status_code == 200
-        wait_for(lambda: graph.sent(USER), timeout=60)
+        assert stack.post(fixture("group_text")).status_code == 200
+        wait_for(lambda: graph.sent(USER) and graph.sent(GROUP), timeout=60)
         wait_for(stack.settled, timeout=60)
-        assert stack.scalar("SELECT count(*) FROM inbox") == 1
+        assert stack.scalar("SELECT count(*) FROM inbox") == 2
+        keys = stack.scalar("SELECT group_concat(session_key, ' ') FROM routes").split()
+    assert sorted(keys) == [
+        f"agent:main:whatsapp:dm:{USER}",
+        f"agent:main:whatsapp:group:{GROUP}:{USER}",
+    ]
+    (in_group,) = graph.sent(GROUP)
+    assert in_group["recipient_type"] == "group"
+    assert in_group["text"]["body"].endswith("echo: What do you all think about this?")
+    group_wamid = fixture("group_text")["entry"][0]["changes"][0]["value"]["messages"][0]["id"]
+    assert in_group["context"] == {"message_id": group_wamid}
     (reply,) = graph.sent(USER)
     assert reply["text"]["body"] == OFFLINE + "so I can only echo: Does it come in another color?"
     assert reply["context"] == {"message_id": wamid}
