@@ -1,0 +1,1 @@
+"""SMS through Twilio: the signed webhook and the translation of its form posts to turns."""
