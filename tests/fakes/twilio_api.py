@@ -59,7 +59,8 @@ class FakeTwilio:
             return [m for m in self.messages if to is None or m.get("To") == to]
 
     def media_url(self, message: str, media: str) -> str:
-        return f"{self.api_base}/2010-04-01/Accounts/{self.account}/Messages/{message}/Media/{media}"
+        account = f"{self.api_base}/2010-04-01/Accounts/{self.account}"
+        return f"{account}/Messages/{message}/Media/{media}"
 
     def sign(self, url: str, form: dict[str, str], token: str | None = None) -> str:
         from twilio.request_validator import RequestValidator
