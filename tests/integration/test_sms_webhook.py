@@ -89,9 +89,7 @@ def sign_raw(body: bytes) -> str:
     return str(RequestValidator(TOKEN).compute_signature(URL, fields))
 
 
-def post(
-    client: TestClient, fields: dict[str, str], *, url: str = URL, token: str = TOKEN
-) -> Any:
+def post(client: TestClient, fields: dict[str, str], *, url: str = URL, token: str = TOKEN) -> Any:
     headers = {"X-Twilio-Signature": SIGNER.sign(url, fields, token), "Content-Type": FORM}
     return client.post(PATH, content=urlencode(fields), headers=headers)
 

@@ -16,21 +16,24 @@
   header: nothing here logs it, and error text is redacted all the same.
 - Fetcher: MMS media URLs with the account's basic auth, only to Twilio's https hosts or the
   configured api_base's origin; Twilio redirects media to its CDN, and httpx drops the
-  credentials on a redirect that leaves the origin.
+  credentials on a redirect that leaves the origin. Media refused for good (another host, not
+  200, too big) leaves a note in the turn (MediaRefused); network trouble retries the turn.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from shared.pipeline.outbox import OutboxRow
 from shared.platforms.sms import PLATFORM, TWILIO_API, SmsSettings
 from shared.turns import Attachment
+from workers.agent.media import FetchError
 from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
-from workers.delivery.fetch import FetchFailed, UrlFetcher, _download
+from workers.delivery.fetch import FetchFailed, _download, credential_origins
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
 from workers.delivery.split import split_for
@@ -182,25 +185,50 @@ def build(conf: SmsSettings, deps: SenderDeps) -> SmsSender:
     )
 
 
-class SmsFetcher(UrlFetcher):
-    """MMS media: the Twilio media URL with the account's basic auth (Twilio hosts only)."""
+class MediaRefused(FetchFailed, FetchError):
+    """Fetching this media fails the same way every time (not Twilio's host, gone, too big):
+    the turn goes on with a note saying so, rather than being retried until it is dead.
+    Network trouble stays a plain FetchFailed, so the turn is retried."""
+
+
+class SmsFetcher:
+    """MMS media: the Twilio media URL with the account's basic auth (Twilio hosts only).
+
+    A client per fetch: MMS are rare, and the agent's media registry never closes fetchers,
+    so a pooled connection would outlive the worker's use of it.
+    """
 
     def __init__(self, *, account_sid: str, token: str, api_base: str | None) -> None:
-        super().__init__(token=token, hosts=TWILIO_HOSTS, api_base=api_base)
+        self._hosts, self._origins = credential_origins(TWILIO_HOSTS, api_base)
         self._auth = httpx.BasicAuth(account_sid, token)
         self._secret = token
+
+    def may_carry_credentials(self, url: str) -> bool:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        if f"{parts.scheme}://{parts.netloc}".lower() in self._origins:
+            return True
+        return parts.scheme == "https" and any(
+            host == known or host.endswith("." + known) for known in self._hosts
+        )
 
     def fetch(self, attachment: Attachment, max_bytes: int) -> bytes:
         url = attachment.url or ""
         if not url.startswith(("https://", "http://")):
-            raise FetchFailed("no download URL")
-        if not self.may_carry_token(url):
-            host = httpx.URL(url).host or "?"
-            raise FetchFailed(f"not fetched: {host} is not Twilio's (no credentials sent)")
+            raise MediaRefused("no download URL")
+        if not self.may_carry_credentials(url):
+            host = urlsplit(url).hostname or "?"
+            raise MediaRefused(f"not fetched: {host} is not Twilio's (no credentials sent)")
         try:
-            return _download(self._client, url, max_bytes, auth=self._auth)
+            with httpx.Client(timeout=TIMEOUT, follow_redirects=True) as client:
+                return _download(client, url, max_bytes, auth=self._auth)
+        except FetchFailed as exc:  # an answer other than 200, or over the size limit
+            raise MediaRefused(str(exc)) from None
         except httpx.HTTPError as exc:
             raise FetchFailed(f"{type(exc).__name__}: {exc}".replace(self._secret, "***")) from None
+
+    def close(self) -> None:
+        """Nothing is held between fetches."""
 
 
 def fetcher(conf: SmsSettings) -> SmsFetcher:
