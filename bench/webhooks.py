@@ -1,19 +1,21 @@
-"""Webhook ack benchmark: requests/s the Telegram, Slack and WhatsApp endpoints sustain with p99
-ack within 100 ms, over real HTTP on loopback, against a bare endpoint that does nothing, in the
-same run. Progress goes to stderr; the last stdout line is JSON.
+"""Webhook ack benchmark: requests/s the Telegram, Slack, WhatsApp and SMS (Twilio) endpoints
+sustain with p99 ack within 100 ms, over real HTTP on loopback, against a bare endpoint that does
+nothing, in the same run. Progress goes to stderr; the last stdout line is JSON.
 
     python bench/webhooks.py            # 10 s per load level, 1 to 128 connections
     python bench/webhooks.py --quick    # 2 s per level, two levels, within a minute
 
 Everything runs in child processes this script starts and stops: a private `redis-server` on a
 free port (the broker the gateway's real BrokerWaker publishes wake-ups to), one uvicorn
-process serving the real gateway app (producers/gateway: Telegram, Slack and WhatsApp routes, a real
+process serving the real gateway app (producers/gateway: Telegram, Slack, WhatsApp and SMS
+routes, a real
 state.db under a temporary HERMES_HOME, every turn committed before its 200) or the bare app
 (a 200 for any POST, nothing read or written), with the same server settings (the gateway's
 own: httptools, uvloop), and two load processes (a lean asyncio HTTP/1.1 client over
 keep-alive connections, so the load is not the bottleneck) that send unique, valid requests —
 distinct update ids and chats for Telegram, signed events for Slack and WhatsApp (a distinct
-wamid and wa_id each, `X-Hub-Signature-256`) — and time each request
+wamid and wa_id each, `X-Hub-Signature-256`), Twilio-signed form posts from distinct numbers
+for SMS — and time each request
 from send to ack. For each endpoint and
 number of concurrent connections it reports requests/s and p50/p99/max ack latency;
 *sustained* is the best requests/s at a level whose p99 is within the target and where every
@@ -52,11 +54,14 @@ SECRET = "bench-webhook-secret"
 SLACK_SECRET = "bench-slack-signing-secret"
 WHATSAPP_SECRET = "bench-whatsapp-app-secret"
 WHATSAPP_PHONE = "106540352242922"
-KINDS = (
-    ("telegram", "/telegram/webhook"),
-    ("slack", "/slack/events"),
-    ("whatsapp", "/whatsapp/webhook"),
-)
+TWILIO_TOKEN = "bench-twilio-auth-token"
+TWILIO_ACCOUNT = "AC" + "0" * 32
+KINDS = {
+    "telegram": "/telegram/webhook",
+    "slack": "/slack/events",
+    "whatsapp": "/whatsapp/webhook",
+    "sms": "/sms/twilio",
+}
 LOADERS = 2
 QUICK_LEVELS = [4, 16]  # --quick: two short levels per endpoint, well within a minute in all
 QUICK_SECONDS = 2.0
@@ -90,6 +95,7 @@ def serve(kind: str, port: int) -> None:
                 Route("/telegram/webhook", nothing, methods=["POST"]),
                 Route("/slack/events", nothing, methods=["POST"]),
                 Route("/whatsapp/webhook", nothing, methods=["POST"]),
+                Route("/sms/twilio", nothing, methods=["POST"]),
             ]
         )
         from shared.settings import load_settings
@@ -184,14 +190,54 @@ def whatsapp_bodies(start: int, count: int) -> list[bytes]:
     return bodies
 
 
+def sms_bodies(start: int, count: int) -> list[bytes]:
+    from urllib.parse import urlencode
+
+    bodies = []
+    for n in range(start, start + count):
+        sid = f"SM{n:032x}"
+        fields = {
+            "MessageSid": sid,
+            "SmsMessageSid": sid,
+            "AccountSid": TWILIO_ACCOUNT,
+            "From": f"+1415{n % 5000:07d}",
+            "To": "+15005550006",
+            "Body": f"benchmark message {n}",
+            "NumMedia": "0",
+            "NumSegments": "1",
+            "ApiVersion": "2010-04-01",
+        }
+        bodies.append(urlencode(fields).encode())
+    return bodies
+
+
+SIGNED: dict[bytes, str] = {}  # SMS bodies signed before the clock starts (see `load`)
+
+
+def sign_sms(url: str, bodies: list[bytes]) -> None:
+    """Sign every body as Twilio would for `url`, ahead of time: the load must not be slower
+    than the server (an HMAC and a form parse per request would be)."""
+    from urllib.parse import parse_qsl
+
+    from twilio.request_validator import RequestValidator
+
+    validator = RequestValidator(TWILIO_TOKEN)
+    for body in bodies:
+        SIGNED[body] = str(validator.compute_signature(url, dict(parse_qsl(body.decode()))))
+
+
 def _request(path: str, port: int, kind: str, body: bytes) -> bytes:
     """One complete HTTP/1.1 request (headers and body in one write: no Nagle stall)."""
+    content_type = "application/json"
     if kind == "telegram":
         extra = f"X-Telegram-Bot-Api-Secret-Token: {SECRET}\r\n"
     elif kind == "whatsapp":  # Meta's signature (producers/whatsapp/receiver.py's `sign`),
         # computed here: importing the receiver would cost the first request seconds
         digest = hmac.new(WHATSAPP_SECRET.encode(), body, hashlib.sha256).hexdigest()
         extra = f"X-Hub-Signature-256: sha256={digest}\r\n"
+    elif kind == "sms":
+        content_type = "application/x-www-form-urlencoded"
+        extra = f"X-Twilio-Signature: {SIGNED[body]}\r\n"
     else:
         from producers.slack.signature import sign
 
@@ -201,7 +247,7 @@ def _request(path: str, port: int, kind: str, body: bytes) -> bytes:
             f"X-Slack-Signature: {sign(SLACK_SECRET, stamp, body)}\r\n"
         )
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: {content_type}\r\n"
         f"Content-Length: {len(body)}\r\n{extra}\r\n"
     )
     return head.encode() + body
@@ -266,8 +312,15 @@ async def _drive(
 
 def load(url: str, kind: str, start: int, count: int, connections: int, seconds: float) -> None:
     """`--load`: drive `url` and print the raw latencies as one JSON line."""
-    make = {"telegram": telegram_bodies, "slack": slack_bodies, "whatsapp": whatsapp_bodies}[kind]
+    make = {
+        "telegram": telegram_bodies,
+        "slack": slack_bodies,
+        "whatsapp": whatsapp_bodies,
+        "sms": sms_bodies,
+    }[kind]
     bodies = make(start, count)
+    if kind == "sms":
+        sign_sms(url, bodies)
     result = asyncio.run(_drive(url, kind, bodies, connections, seconds))
     print(json.dumps(result))
 
@@ -376,6 +429,9 @@ def run(args: argparse.Namespace, work: Path, children: Children) -> dict[str, A
             "HERMES_PLATFORMS__SLACK__SIGNING_SECRET": SLACK_SECRET,
             "HERMES_PLATFORMS__WHATSAPP__APP_SECRET": WHATSAPP_SECRET,
             "HERMES_PLATFORMS__WHATSAPP__PHONE_NUMBER_ID": WHATSAPP_PHONE,
+            "HERMES_PLATFORMS__SMS__TOKEN": TWILIO_TOKEN,
+            "HERMES_PLATFORMS__SMS__ACCOUNT_SID": TWILIO_ACCOUNT,
+            "HERMES_PLATFORMS__SMS__FROM_NUMBER": "+15005550006",
             "PYTHONPATH": str(ROOT),
         }
     )
@@ -389,7 +445,7 @@ def run(args: argparse.Namespace, work: Path, children: Children) -> dict[str, A
         )
         try:
             wait_healthy(port, proc)
-            for kind, path in KINDS:
+            for kind, path in KINDS.items():
                 name = kind if server == "gateway" else f"bare_{kind}"
                 measured = []
                 for connections in levels:
@@ -427,7 +483,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--serve", choices=["gateway", "bare"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--load", help=argparse.SUPPRESS)
-    parser.add_argument("--kind", choices=[k for k, _ in KINDS], help=argparse.SUPPRESS)
+    parser.add_argument("--kind", choices=list(KINDS), help=argparse.SUPPRESS)
     parser.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--connections", type=int, default=1, help=argparse.SUPPRESS)
@@ -456,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             children.close()
     out: dict[str, Any] = {"bench": "webhooks", "quick": args.quick, "target_p99_ms": TARGET_P99_MS}
-    for kind, _ in KINDS:
+    for kind in KINDS:
         gateway, bare = results[kind], results[f"bare_{kind}"]
         ratio = gateway["sustained_rps"] / bare["sustained_rps"] if bare["sustained_rps"] else None
         out[kind] = {
@@ -473,12 +529,12 @@ def main(argv: list[str] | None = None) -> int:
             "bare_levels": bare["levels"],
         }
     # every 200 the gateway sent is a turn committed first: the two counts must agree
-    acked = sum(out[k]["ok"] for k, _ in KINDS)
+    acked = sum(out[k]["ok"] for k in KINDS)
     out["recorded_turns"] = results["recorded_turns"]
     out["gateway_200s"] = acked
     out["recorded_matches_200s"] = results["recorded_turns"] == acked
     # a level of each endpoint with p99 within the target and no errors at all
-    out["meets_target"] = all(out[k]["at_connections"] is not None for k, _ in KINDS)
+    out["meets_target"] = all(out[k]["at_connections"] is not None for k in KINDS)
     out["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
     out["seconds_per_level"] = QUICK_SECONDS if args.quick else args.seconds
     out["wall_seconds"] = round(time.monotonic() - started, 1)
