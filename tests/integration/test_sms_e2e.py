@@ -17,14 +17,16 @@ from celery.contrib.testing.worker import start_worker
 from producers.broker import BrokerWaker, broker_client
 from producers.gateway.app import create_app
 from producers.gateway.deps import Gateway
+from producers.intake import accept
 from shared.db import Store, open_store
 from shared.platforms.sms import PLATFORM
 from shared.settings import Settings, load_settings
-from shared.store import sessions
+from shared.store import chats, sessions
 from tests.fakes.golden import load
 from tests.fakes.server import Served
 from tests.fakes.stack import redis_db_url, wait_for
 from tests.fakes.twilio_api import ACCOUNT, NUMBER, TOKEN, FakeTwilio
+from tests.pipeline_helpers import turn
 from workers.app import create_app as create_celery_app
 
 REDIS_DB = 12
@@ -86,6 +88,7 @@ class Phone:
 
 @contextmanager
 def fleet(settings: Settings, store: Store, twilio: FakeTwilio) -> Iterator[Phone]:
+    """A real Celery worker and the real gateway app on 127.0.0.1, for the test's duration."""
     celery = create_celery_app(settings)
     producer = broker_client(settings)
     gateway = Gateway(settings, store, BrokerWaker(producer), time.time)
@@ -166,3 +169,56 @@ def test_an_mms_is_fetched_with_the_accounts_credentials_and_a_long_reply_split_
     assert "cdn.example.net is not Twilio's" in whole
     assert [d[0] for d in twilio.downloads] == ["ME" + "a" * 32]  # nothing went elsewhere
     assert twilio.downloads[0][1] is not None and twilio.downloads[0][1].startswith("Basic ")
+
+
+def _from_the_terminal(settings: Settings, store: Store, n: int, text: str) -> None:
+    producer = broker_client(settings)
+    try:
+        accepted = accept(
+            store, BrokerWaker(producer), turn(n, "term", text=text), settings=settings,
+            clock=time.time,
+        )  # fmt: skip
+        assert accepted.woken
+    finally:
+        producer.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_configured_home_number_then_sethome_take_handoffs(
+    hermes_env: dict[str, str], redis_url: str, twilio: FakeTwilio
+) -> None:
+    home = "+14155550777"
+    settings = load_settings(
+        {
+            **hermes_env,
+            "HERMES_BROKER_URL": redis_db_url(redis_url, REDIS_DB),
+            "HERMES_PLATFORMS__SMS__TOKEN": TOKEN,
+            "HERMES_PLATFORMS__SMS__ACCOUNT_SID": ACCOUNT,
+            "HERMES_PLATFORMS__SMS__FROM_NUMBER": NUMBER,
+            "HERMES_PLATFORMS__SMS__API_BASE": twilio.api_base,
+            "HERMES_PLATFORMS__SMS__HOME_CHANNEL": home,
+        }
+    )
+    store = open_store(settings.resolved_database_url)
+    try:
+        with fleet(settings, store, twilio) as phone:
+            # Nobody has texted yet: the configured number is the fallback.
+            _from_the_terminal(settings, store, 1, "plan my trip")
+            _from_the_terminal(settings, store, 2, "/handoff sms")
+            wait_for(lambda: twilio.sent(home), timeout=90)
+            # Then USER says /sethome from their phone: the next hand-off goes there.
+            assert phone.send("/sethome").status_code == 200
+            settle(twilio, 1)
+            _from_the_terminal(settings, store, 3, "/handoff sms")
+            settle(twilio, 2)
+            with store.read() as conn:
+                stored = chats.get_home_channel(conn, "sms")
+    finally:
+        store.close()
+    (to_home,) = twilio.sent(home)
+    assert to_home["Body"].startswith("Continuing session ")
+    assert replies(twilio)[0] == (
+        "This chat is now the sms home channel: notices and hand-offs come here."
+    )
+    assert replies(twilio)[1].startswith("Continuing session ")
+    assert stored is not None and (stored.chat_id, stored.chat_type) == (USER, "dm")
