@@ -28,6 +28,7 @@ from starlette.responses import Response
 from producers.gateway.body import BadRequest, media_type, read_body
 from producers.gateway.deps import Gateway
 from producers.sms.translate import BadForm, Ignored, translate
+from shared.surrogates import storable
 from shared.turns import TurnRejected
 
 log = logging.getLogger(__name__)
@@ -58,11 +59,12 @@ def parse_form(body: bytes) -> Fields:
 
 
 def single(fields: Fields) -> dict[str, str]:
-    """One value per field (Twilio never repeats one), or BadRequest(400)."""
+    """One value per field (Twilio never repeats one), each storable (a NUL, which neither
+    database takes in text, becomes U+FFFD), or BadRequest(400)."""
     repeated = sorted(name for name, values in fields.items() if len(values) > 1)
     if repeated:
         raise BadRequest(400, f"{repeated[0]} is given more than once")
-    return {name: values[0] for name, values in fields.items()}
+    return {name: storable(values[0]) for name, values in fields.items()}
 
 
 def twiml(text: str | None = None) -> Response:

@@ -162,7 +162,8 @@ def test_media_is_fetched_with_basic_auth_only_from_twilio(sms: Settings, fake: 
     assert fetcher.may_carry_credentials("https://api.twilio.com/2010-04-01/x")
     assert fetcher.may_carry_credentials("https://media.twiliocdn.twilio.com/x")
     assert [d[0] for d in fake.downloads] == ["ME1", "ME-gone", "ME1"]
-    fake.served.stop() if fake.served else None
+    assert fake.served is not None
+    fake.served.stop()  # Twilio unreachable
     with pytest.raises(FetchFailed) as down:  # network trouble: the turn is retried
         fetcher.fetch(image, 1000)
     assert not isinstance(down.value, FetchError) and TOKEN not in str(down.value)

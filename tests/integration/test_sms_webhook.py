@@ -59,7 +59,7 @@ def client_for(settings: Settings, store: Store) -> tuple[TestClient, RecordingW
 def inbox(store: Store) -> list[tuple[str, str, str]]:
     with store.read() as conn:
         rows = conn.execute(text("SELECT event_id, session_key, text FROM inbox ORDER BY id"))
-        return [tuple(r) for r in rows]  # type: ignore[misc]
+        return [tuple(r) for r in rows]
 
 
 def stored_anything(store: Store) -> bool:
@@ -243,3 +243,14 @@ def test_a_store_failure_is_503_not_500(sms_settings: Settings, sms_store: Store
         response = post(client, form("dm"))
     assert response.status_code == 503
     assert inbox(sms_store) == [] and waker.drains == []
+
+
+@pytest.mark.both_databases
+def test_a_nul_in_a_signed_body_is_stored_as_a_replacement_character(
+    sms_settings: Settings, sms_store: Store
+) -> None:
+    client, _ = client_for(sms_settings, sms_store)
+    with client:
+        response = post(client, form("dm", Body="before\x00after"))
+    assert response.status_code == 200, response.text
+    assert [row[2] for row in inbox(sms_store)] == ["before\ufffdafter"]
