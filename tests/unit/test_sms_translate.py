@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from producers.sms.translate import BadForm, is_keyword, translate
 from shared.settings import SettingsError, load_settings
+from shared.turns import InboundTurn, validate_turn
 from tests.fakes.golden import cases, check, load
 
 
@@ -86,3 +89,34 @@ def test_half_configured_accounts_are_refused_by_the_settings(hermes_env: dict[s
         }
     )
     assert fine.platforms.of("sms").configured
+
+
+FIELDS = ["MessageSid", "SmsMessageSid", "From", "Body", "NumMedia", "OptOutType"]
+MEDIA = ["MediaUrl0", "MediaContentType0", "MediaUrl1"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    changes=st.dictionaries(
+        st.sampled_from(FIELDS + MEDIA),
+        st.one_of(
+            st.text(max_size=40),
+            st.sampled_from(
+                ["0", "1", "2", "10", "+14155550123", "STOP", "https://x.twilio.com/m"]
+            ),
+        ),
+        max_size=6,
+    ),
+    dropped=st.sets(st.sampled_from(FIELDS)),
+)
+def test_any_fields_are_a_turn_that_validates_an_ignore_or_a_bad_form(
+    changes: dict[str, str], dropped: set[str]
+) -> None:
+    form = {k: v for k, v in {**_form(), **changes}.items() if k not in dropped}
+    try:
+        result = translate(form)
+    except BadForm:
+        return
+    if isinstance(result, InboundTurn):
+        validate_turn(result)
+        assert result.chat_id == result.user_id and result.chat_type == "dm"
