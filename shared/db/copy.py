@@ -12,9 +12,10 @@ owning module's rules run (a copied session keeps its counters, a copied turn it
   killed commits nothing, so the target stays empty and a rerun starts over. A SQLite target
   is built beside its name and linked into place only once complete and checked.
 - Counters are the source's whatever keeps them on the target (triggers, or none): message
-  counts are set back to the source's values after the messages went in, and `source_stats`
-  is written last, replacing what triggers made. Both are compared before the commit, as is
-  every table's row count. Serial ids are advanced past the source's high-water mark.
+  counts are set back to the source's values after the messages went in and compared before
+  the commit, as is every table's row count. `source_stats` is derived: a SQLite target's
+  triggers build it from the sessions copied (a PostgreSQL store sums sessions instead).
+  Serial ids are advanced past the source's high-water mark.
 """
 
 from __future__ import annotations
@@ -44,13 +45,13 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 from shared.db import migrate, sqlite
 from shared.db.engine import Store, connect, guarded, open_store
 from shared.db.errors import StoreError
-from shared.db.schema import metadata, sessions, source_stats
+from shared.db.schema import metadata, sessions
 from shared.db.sqlite_care import check_store
 
 BATCH_ROWS = 2000
 # Tables whose rows the target's triggers may create while others are copied: cleared, then
-# written from the source after everything else.
-REWRITTEN_LAST = (source_stats,)
+# written from the source after everything else. (None today: source_stats is derived.)
+REWRITTEN_LAST: tuple[Table, ...] = ()
 # Columns kept by triggers on the target (a message insert counts itself): set back to the
 # source's values once the rows they count are in.
 COUNTERS: tuple[tuple[Table, str], ...] = ((sessions, "message_count"),)

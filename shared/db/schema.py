@@ -98,6 +98,9 @@ source_stats = Table(
     Column("source", Text, primary_key=True),
     Column("sessions", BigInteger, nullable=False, server_default=text("0")),
     Column("messages", BigInteger, nullable=False, server_default=text("0")),
+    # Derived from sessions (SQLite's triggers keep it; PostgreSQL sums sessions instead):
+    # `hermes db copy` leaves it to the target rather than copying another store's figures.
+    info={"derived": True},
 )
 
 # --- the turn pipeline (revision 0002) ---

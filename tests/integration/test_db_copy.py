@@ -96,6 +96,16 @@ def dump(url: str) -> dict[str, list[tuple[Any, ...]]]:
         store.close()
 
 
+def stats_of(url: str) -> session_rows.StoreStats:
+    """What `sessions stats` reads: SQLite's trigger-kept source_stats, PostgreSQL's sums."""
+    store = open_store(url)
+    try:
+        with store.read() as conn:
+            return session_rows.stats(conn)
+    finally:
+        store.close()
+
+
 def copy(env: dict[str, str], source: str, target: str) -> subprocess.CompletedProcess[str]:
     return hermes({**env, "HERMES_DATABASE_URL": source}, "db", "copy", "--to", target)
 
@@ -115,18 +125,21 @@ def test_round_trip_sqlite_postgresql_sqlite_is_equal(
 ) -> None:
     fill(store)
     source = f"sqlite:///{store.path}"
-    before = dump(source)
-    assert len(before["messages"]) == 40 * 12 and len(before["source_stats"]) == 3
+    before, counted = dump(source), stats_of(source)
+    assert len(before["messages"]) == 40 * 12 and len(counted.by_source) == 3
 
     up = copy(hermes_env, source, pg_target)
     assert up.returncode == 0, up.stderr
     assert re.search(r"messages +480\n", up.stdout) and "rows/s" in up.stdout
     assert dump(pg_target) == before  # counters, titles, unicode, NULLs, floats: all as they were
+    assert stats_of(pg_target) == counted
 
     back = tmp_path / "back" / "state.db"
     down = copy(hermes_env, pg_target, f"sqlite:///{back}")
     assert down.returncode == 0, down.stderr
     assert dump(f"sqlite:///{back}") == before
+    # source_stats is derived: PostgreSQL keeps none, the SQLite copy's triggers rebuilt it
+    assert stats_of(f"sqlite:///{back}") == counted
     assert back.stat().st_mode & 0o777 == 0o600
     assert [p.name for p in back.parent.iterdir()] == ["state.db"]  # no partial file left
 
@@ -312,3 +325,22 @@ def test_a_killed_copy_to_sqlite_leaves_no_file_and_the_rerun_clears_its_leftove
     assert rerun.returncode == 0, rerun.stderr
     assert dump(f"sqlite:///{back}") == dump(pg_target)
     assert sorted(p.name for p in tmp_path.iterdir() if "copy" in p.name) == ["copy.db"]
+
+
+def test_a_store_grown_on_postgresql_keeps_its_stats_on_a_sqlite_copy(
+    hermes_env: dict[str, str], pg_target: str, tmp_path: Path
+) -> None:
+    """PostgreSQL keeps no source_stats rows (it sums sessions): a SQLite copy of a store that
+    grew there must count its sessions by source, not copy the empty table."""
+    grown = open_store(pg_target)
+    try:
+        fill(grown, sessions=6, per_session=3)
+    finally:
+        grown.close()
+    counted = stats_of(pg_target)
+    assert counted.sessions == 6 and counted.messages == 6 * 3
+
+    back = tmp_path / "local" / "state.db"
+    down = copy(hermes_env, pg_target, f"sqlite:///{back}")
+    assert down.returncode == 0, down.stderr
+    assert stats_of(f"sqlite:///{back}") == counted
