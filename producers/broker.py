@@ -14,6 +14,7 @@ from shared.tasknames import (
     DELIVER,
     DELIVERY_QUEUE,
     DRAIN,
+    HANDOFF,
     MAINTENANCE_QUEUE,
     TURNS_QUEUE,
 )
@@ -47,7 +48,7 @@ class BrokerWaker:
     def __init__(self, app: Celery) -> None:
         self._app = app
 
-    def _send(self, name: str, arg: str, queue: str, countdown: float | None) -> bool:
+    def _send(self, name: str, arg: str | int, queue: str, countdown: float | None) -> bool:
         options: dict[str, Any] = {"queue": queue, "retry": True, "retry_policy": PUBLISH_RETRY}
         if countdown:
             options["countdown"] = countdown
@@ -90,6 +91,9 @@ class BrokerWaker:
 
     def autotitle(self, session_id: str) -> bool:
         return self._send(AUTOTITLE, session_id, MAINTENANCE_QUEUE, None)
+
+    def handoff(self, handoff_id: int, *, countdown: float | None = None) -> bool:
+        return self._send(HANDOFF, handoff_id, MAINTENANCE_QUEUE, countdown)
 
 
 def broker_redis(settings: Settings, *, timeout: float | None = None) -> Any | None:

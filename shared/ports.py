@@ -17,6 +17,8 @@ class Waker(Protocol):
 
     def autotitle(self, session_id: str) -> bool: ...
 
+    def handoff(self, handoff_id: int, *, countdown: float | None = None) -> bool: ...
+
 
 class RecordingWaker:
     """The cheap twin: remembers wake-ups instead of sending them."""
@@ -25,6 +27,7 @@ class RecordingWaker:
         self.drains: list[tuple[str, float | None]] = []
         self.deliveries: list[tuple[str, float | None]] = []
         self.autotitles: list[str] = []
+        self.handoffs: list[tuple[int, float | None]] = []
 
     def drain(self, session_key: str, *, countdown: float | None = None) -> bool:
         self.drains.append((session_key, countdown))
@@ -36,4 +39,8 @@ class RecordingWaker:
 
     def autotitle(self, session_id: str) -> bool:
         self.autotitles.append(session_id)
+        return True
+
+    def handoff(self, handoff_id: int, *, countdown: float | None = None) -> bool:
+        self.handoffs.append((handoff_id, countdown))
         return True

@@ -56,6 +56,8 @@ class SessionsSettings(Section):
     retention_days: int = Field(default=90, ge=1)
     vacuum_after_prune: bool = True
     min_interval_hours: float = Field(default=24, ge=0)
+    # How long `/handoff` waits for a gateway's worker to pick the request up before failing it.
+    handoff_timeout_seconds: float = Field(default=60, gt=0)
 
 
 class PipelineSettings(Section):

@@ -7,6 +7,7 @@ DELIVER = "hermes.delivery.flush"
 REDRIVE = "hermes.maintenance.redrive"
 PING = "hermes.maintenance.ping"
 PROBE = "hermes.maintenance.probe"  # benchmarks: a no-op that reports its start time
+HANDOFF = "hermes.sessions.handoff"  # run one /handoff request (maintenance queue)
 AUTOTITLE = "hermes.sessions.autotitle"  # after a session's first exchange (maintenance queue)
 RESET_SWEEP = "hermes.maintenance.reset_sweep"
 TITLE_SWEEP = "hermes.maintenance.title_sweep"

@@ -15,6 +15,7 @@ from shared.tasknames import (
     DELIVER,
     DELIVERY_QUEUE,
     DRAIN,
+    HANDOFF,
     MAINTENANCE_QUEUE,
     TURNS_QUEUE,
 )
@@ -30,7 +31,7 @@ class WorkerWaker:
     def __init__(self, app: Celery) -> None:
         self._app = app
 
-    def _send(self, name: str, arg: str, queue: str, countdown: float | None) -> bool:
+    def _send(self, name: str, arg: str | int, queue: str, countdown: float | None) -> bool:
         try:
             self._app.send_task(
                 name, args=[arg], queue=queue, countdown=countdown, ignore_result=True
@@ -48,6 +49,9 @@ class WorkerWaker:
 
     def autotitle(self, session_id: str) -> bool:
         return self._send(AUTOTITLE, session_id, MAINTENANCE_QUEUE, None)
+
+    def handoff(self, handoff_id: int, *, countdown: float | None = None) -> bool:
+        return self._send(HANDOFF, handoff_id, MAINTENANCE_QUEUE, countdown)
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -92,12 +96,12 @@ class _HermesCelery(Celery):  # type: ignore[misc]  # Celery ships no type hints
 def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> Celery:
     """A Celery app with hermes's tasks; the store and agent are built later, per process.
     `metrics`: what the worker's /metrics serves (else each process counts privately)."""
-    from workers.tasks import flush, maintenance, sweeps, titles, turns
+    from workers.tasks import flush, handoff, maintenance, sweeps, titles, turns
 
     app = _HermesCelery("hermes", set_as_current=False)
     app.conf.update(celery_config(settings))
     runtimes = RuntimeHolder(settings, WorkerWaker(app), metrics)
     app.hermes_runtimes = runtimes
-    for module in (turns, flush, maintenance, titles, sweeps):
+    for module in (turns, flush, maintenance, titles, sweeps, handoff):
         module.register(app, runtimes)
     return app

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from shared.db.meta import get_meta, set_meta
 from shared.pipeline import inbox, leases, outbox
 from workers.flush import lane_lease_name
+from workers.handoff import sweep as handoff_sweep
 from workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,11 @@ def redrive(rt: Runtime, *, limit: int = 1000) -> RedriveResult:
     for lane in woken_lanes:
         rt.waker.deliver(lane)
     dead = _report_dead(rt)
+    waiting, stale = handoff_sweep(rt)
+    for handoff_id in waiting:  # a lost wake-up; the claim keeps a duplicate harmless
+        rt.waker.handoff(handoff_id)
+    if stale:
+        log.warning("redrive failed %d handoffs left running by a lost worker", stale)
     if keys or woken_lanes:
         log.info("redrive woke %d sessions and %d lanes", len(keys), len(woken_lanes))
     return RedriveResult(len(keys), len(woken_lanes), dead)

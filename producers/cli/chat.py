@@ -140,7 +140,8 @@ def run_chat(
             chores.join(timeout=CHORES_WAIT_SECONDS)  # long done: only a dead broker holds it
         with _signals_ignored():  # a second Ctrl-C or hang-up must not strand the stack
             try:
-                _leave(terminal, notes)
+                if repl is None or not repl.handed_off:  # a handed-off session lives on
+                    _leave(terminal, notes)
                 if stack.chat_owned:
                     with contextlib.suppress(Exception):  # a courtesy; never keeps the stack
                         _let_the_title_land(terminal)

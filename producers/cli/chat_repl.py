@@ -67,6 +67,7 @@ class Repl:
         self.pending: list[Attachment] = []
         # Raises when the worker this chat started is gone (set by the chat command).
         self.health: Callable[[], None] = lambda: None
+        self.handed_off = False  # the session went to a platform: leave, without ending it
 
     def header(self) -> None:
         """The first line: which hermes, which model (printed before the stack comes up)."""
@@ -95,6 +96,8 @@ class Repl:
                 self._attach(line.removeprefix("/attach").strip())
                 continue
             self._turn(line)
+            if self.handed_off:
+                return 0
         self._goodbye()
         return 0
 
@@ -157,8 +160,31 @@ class Repl:
                 self.console.print(Text(TERMINAL_HELP, style="cyan"))
         for reply in self._stop_replies:
             self.console.print(Text(reply, style="cyan"))
+        if command == "/handoff" and outcome is not None and outcome.status == inbox.DONE:
+            self._handoff(before)
+            if self.handed_off:
+                return
         if command != "/compress":  # its reply already says where the conversation went
             self._follow(before, resumed=command == "/resume")
+
+    def _handoff(self, session_id: str | None) -> None:
+        from producers.cli.chat_handoff import await_handoff
+
+        if session_id is None:
+            return
+        with self.console.status("handing off…", spinner="dots") as status:
+
+            def tick(state: str) -> None:
+                self.health()
+                word = "waiting for a gateway" if state == "pending" else "handing off"
+                status.update(f"{word}…")
+
+            ended = await_handoff(self.terminal.store, session_id, self.terminal.clock, tick)
+        if ended is None:
+            return
+        for line in ended.lines:
+            self.console.print(Text(line, style="bold" if ended.completed else "yellow"))
+        self.handed_off = ended.completed
 
     def _wait(self, turn_id: int) -> Outcome | None:
         stopped: Outcome | None = None

@@ -72,3 +72,8 @@ class PausingWaker:
         if self._paused():
             return False
         return self._result(self._inner.autotitle(session_id))
+
+    def handoff(self, handoff_id: int, *, countdown: float | None = None) -> bool:
+        if self._paused():
+            return False
+        return self._result(self._inner.handoff(handoff_id, countdown=countdown))

@@ -254,6 +254,27 @@ cron_runs = Table(
     Column("created_at", Float, nullable=False),
 )
 
+# One row per `/handoff <platform>` (revision 0014): pending → running → completed | failed.
+handoffs = Table(
+    "handoffs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", Text, nullable=False),
+    Column("source_key", Text, nullable=False),
+    Column("platform", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("error", Text),
+    Column("chat_id", Text),
+    Column("thread_id", Text),
+    Column("target_key", Text),
+    Column("requested_at", Float, nullable=False),
+    Column("deadline", Float, nullable=False),
+    Column("claimed_at", Float),
+    Column("finished_at", Float),
+    Index("ix_handoffs_session", "session_id", "status"),
+    Index("ix_handoffs_status", "status"),
+)
+
 # --- the usage ledger (revision 0008) ---
 
 Tokens = BigInteger

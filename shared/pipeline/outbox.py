@@ -217,3 +217,8 @@ def move_chat(conn: Connection, platform: str, old: str, new: str) -> int:
             .values(chat_id=new, lane=lane_for(platform, new))
         ).rowcount
     )
+
+
+def get_row(conn: Connection, row_id: int) -> OutboxRow | None:
+    found = conn.execute(select(outbox).where(outbox.c.id == row_id)).first()
+    return OutboxRow.from_row(found) if found is not None else None

@@ -16,6 +16,7 @@ OWNERS = {
     "leases": "shared/pipeline/leases.py",
     "cron_jobs": "shared/pipeline/cron.py",
     "usage_ledger": "shared/store/usage.py",
+    "handoffs": "shared/store/handoffs.py",
 }
 # Appending a message bumps its session's counters in the same prepared batch: the hot path.
 ALLOWED = {("sessions", "shared/store/messages.py")}

@@ -4,28 +4,25 @@ Telegram's /start.
 /sethome stores the chat (id, type, thread, who ran it) in state_meta as
 `home_channel.<platform>`; without one, `platforms.<p>.home_channel` from the settings is used.
 
-/handoff <platform> continues this session in that platform's home channel: the route the home
-channel's next message will derive is bound to this session, and a note is posted there, so
-the conversation carries on there with its history. This chat's own route is untouched (it
-continues the same session too, until /new or /reset).
+/handoff <platform> checks the platform is known, enabled and has a home channel (else refuses,
+with the /sethome hint), then records a pending handoff request (shared/store/handoffs.py) and
+wakes the worker task that carries it out (workers/handoff.py); the terminal waits on it.
 """
 
 from __future__ import annotations
 
 from shared.db import Connection
-from shared.pipeline import outbox, routes
 from shared.pipeline.inbox import TurnRow
 from shared.platforms import CLI, gateway_platforms, registry
 from shared.platforms.descriptor import spoken_list
 from shared.session_key import derive_session_key
-from shared.store import chats
-from shared.store import sessions as session_rows
+from shared.store import chats, handoffs
 from shared.turns import InboundTurn
 from workers.commands.base import Handler
 from workers.commands.session import HELP
 from workers.runtime import Runtime
 
-HANDOFF_WAKE_DELAY = 1.0  # the note commits with this command; wake its lane just after
+HANDOFF_WAKE_DELAY = 1.0  # the request commits with this command; wake its task just after
 
 
 def _sethome(conn: Connection, rt: Runtime, turn: TurnRow, session_id: str, args: str) -> str:
@@ -102,21 +99,15 @@ def _handoff(conn: Connection, rt: Runtime, turn: TurnRow, session_id: str, args
             f"The {target} home channel comes from the settings; send /sethome in it once so "
             "hand-offs know its conversation."
         )
-    place = routes.Place(home.platform, home.chat_id, home.chat_type, home.thread_id, home.user_id)
-    routes.bind_route(conn, key, session_id, place, rt.clock())
-    session = session_rows.require_session(conn, session_id)
-    name = f"'{session.title}'" if session.title else session_id
-    outbox.add(
-        conn,
-        platform=home.platform,
-        chat_id=home.chat_id,
-        thread_id=home.thread_id,
-        session_id=session_id,
-        text=f"Continuing session {name} from {turn.platform}. Reply here to carry on.",
-        now=rt.clock(),
-    )
-    rt.waker.deliver(outbox.lane_for(home.platform, home.chat_id), countdown=HANDOFF_WAKE_DELAY)
-    return f"Handed off to the {target} home channel: continue there, with this session's history."
+    if handoffs.reply_in_progress(conn, session_id, turn.id):
+        return "A reply is being generated: wait for the current reply, then /handoff again."
+    already = handoffs.open_for(conn, session_id)
+    if already is not None:
+        return f"A handoff to {already.platform} is already under way for this session."
+    timeout = rt.settings.sessions.handoff_timeout_seconds
+    handoff_id = handoffs.request(conn, session_id, turn.session_key, target, rt.clock(), timeout)
+    rt.waker.handoff(handoff_id, countdown=HANDOFF_WAKE_DELAY)
+    return f"Handing off to {target}: waiting for its gateway to take the session…"
 
 
 def _start(conn: Connection, rt: Runtime, turn: TurnRow, session_id: str, args: str) -> str:

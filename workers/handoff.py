@@ -1,0 +1,121 @@
+"""Running a `/handoff <platform>` request (DESIGN.md §4), on whichever worker claims it.
+
+The request row is claimed once (pending → running); then, in the platform's home channel:
+a note saying the session continues there is written and sent at once through the platform's
+sender (so a 403 or a rate limit fails the handoff with the platform's reason instead of
+claiming success); the home channel's conversation key is bound to the terminal's session
+(same id, same transcript); and a synthetic turn asks the agent to acknowledge and summarise,
+answered through the ordinary pipeline. The handoff is then completed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from shared.pipeline import inbox, outbox, routes
+from shared.session_key import SessionKey
+from shared.store import handoffs
+from shared.store import sessions as session_rows
+from shared.turns import InboundTurn
+from workers.commands.platform import home_channel, home_key
+from workers.flush import flush
+from workers.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+SUMMARY_PROMPT = (
+    "[This conversation was just handed off from the terminal to {platform}. "
+    "Acknowledge the handoff in one line, then summarise briefly where things stand.]"
+)
+STALE_SECONDS = 300.0  # a handoff takes seconds; one running this long lost its worker
+RESTARTED = "the gateway worker restarted while the handoff ran; run /handoff again"
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffResult:
+    outcome: str  # missing | skipped | completed | failed
+    error: str | None = None
+
+
+def run_handoff(rt: Runtime, handoff_id: int) -> HandoffResult:
+    now = rt.clock()
+    with rt.store.write() as conn:
+        found = handoffs.get(conn, handoff_id)
+        if found is None:
+            return HandoffResult("missing")  # not committed yet: the task tries again
+        if not handoffs.claim(conn, handoff_id, now):
+            return HandoffResult("skipped")  # another worker has it, or it is over
+    try:
+        error = _deliver(rt, found)
+    except Exception as exc:  # never leave it running: a later worker would fail it anyway
+        log.exception("handoff %s failed", handoff_id)
+        error = f"{type(exc).__name__}: {exc}"
+    with rt.store.write() as conn:
+        if error is None:
+            handoffs.complete(conn, handoff_id, rt.clock())
+            return HandoffResult("completed")
+        handoffs.fail(conn, handoff_id, error, rt.clock())
+    return HandoffResult("failed", error)
+
+
+def _deliver(rt: Runtime, request: handoffs.Handoff) -> str | None:
+    """Do the handoff; the reason it failed, or None."""
+    platform = request.platform
+    if platform not in rt.senders.platforms():
+        return f"{platform} is not configured on the worker that took the handoff"
+    with rt.store.read() as conn:
+        home = home_channel(conn, rt, platform)
+        session = session_rows.require_session(conn, request.session_id)
+    if home is None:
+        return f"{platform} has no home channel: send /sethome in the chat you want there"
+    key = home_key(rt, home)
+    if key is None:
+        return f"the {platform} home channel comes from the settings; send /sethome in it once"
+    name = f"'{session.title}'" if session.title else session.id
+    note = f"↻ Continuing session {name} from the terminal. Reply here to carry on."
+    with rt.store.write() as conn:
+        row = outbox.add(
+            conn,
+            platform=home.platform,
+            chat_id=home.chat_id,
+            thread_id=home.thread_id,
+            session_id=request.session_id,
+            text=note,
+            now=rt.clock(),
+        )
+    flush(rt, row.lane)
+    with rt.store.read() as conn:
+        sent = outbox.get_row(conn, row.id)
+    if sent is None or sent.status != outbox.SENT:
+        reason = sent.error if sent is not None and sent.error else "the message was not sent"
+        with rt.store.write() as conn:
+            if sent is not None and sent.status == outbox.PENDING:
+                outbox.mark_failed(conn, row.id, reason, rt.clock())  # never sent later
+        return f"{platform} refused the message: {reason}"
+    place = routes.Place(home.platform, home.chat_id, home.chat_type, home.thread_id, home.user_id)
+    probe = InboundTurn(
+        platform=home.platform,
+        chat_id=home.chat_id,
+        chat_type=home.chat_type,
+        event_id=f"handoff:{request.id}",
+        text=SUMMARY_PROMPT.format(platform=platform),
+        user_id=home.user_id,
+        thread_id=home.thread_id,
+    )
+    with rt.store.write() as conn:
+        now = rt.clock()
+        routes.bind_route(conn, key, request.session_id, place, now)
+        handoffs.set_target(conn, request.id, home.chat_id, home.thread_id, key)
+        inbox.record_turn(conn, probe, SessionKey(key, shared=home.chat_type != "dm"), now=now)
+    rt.waker.drain(key)
+    return None
+
+
+def sweep(rt: Runtime) -> tuple[list[int], int]:
+    """For the redrive sweep: pending requests to wake again, and how many left running past
+    STALE_SECONDS (their worker died or restarted mid-way) were failed rather than redone."""
+    now = rt.clock()
+    with rt.store.write() as conn:
+        stale = handoffs.fail_stale(conn, RESTARTED, now, now - STALE_SECONDS)
+        return handoffs.pending_ids(conn, now), stale
