@@ -30,6 +30,13 @@ def no_pickup(platform: str, waited: float) -> str:
     )
 
 
+def failed_line(platform: str, error: str) -> str:
+    return (
+        f"Handoff to {platform} failed: {error}. "
+        "This terminal stays on the session; /handoff again to retry."
+    )
+
+
 def await_handoff(
     store: Store,
     session_id: str,
@@ -53,8 +60,7 @@ def await_handoff(
                 return Ended(
                     False, [no_pickup(found.platform, found.deadline - found.requested_at)]
                 )
-            return Ended(False, [f"Handoff to {found.platform} failed: {error}. "
-                                 "This terminal stays on the session; /handoff again to retry."])  # fmt: skip
+            return Ended(False, [failed_line(found.platform, error)])
         now = clock()
         if found.status == handoffs.PENDING and now >= found.deadline:
             waited = found.deadline - found.requested_at
@@ -67,8 +73,8 @@ def await_handoff(
                 return Ended(False, [no_pickup(found.platform, waited)])
             continue  # claimed just now: wait for it
         if found.status == handoffs.RUNNING and now >= found.deadline + RUNNING_GRACE_SECONDS:
-            return Ended(False, [f"Handoff to {found.platform} is still running after "
-                                 f"{now - found.requested_at:.0f}s; check `hermes status`."])  # fmt: skip
+            late = f"still running after {now - found.requested_at:.0f}s; check `hermes status`"
+            return Ended(False, [f"Handoff to {found.platform} is {late}."])
         tick(found.status)
         time.sleep(POLL_SECONDS)
 
