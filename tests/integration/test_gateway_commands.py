@@ -12,10 +12,11 @@ from shared.db.schema import outbox as table
 from shared.db.schema import routes
 from shared.pipeline import outbox
 from shared.settings import Settings, load_settings
-from shared.store import chats
+from shared.store import chats, handoffs
 from tests.pipeline_helpers import make_runtime, turn
 from workers.delivery.base import MemorySender
 from workers.drain import drain
+from workers.handoff import run_handoff
 
 
 def _replies(store: Store, lane: str) -> list[str]:
@@ -60,9 +61,26 @@ def test_sethome_stores_the_chat_and_handoff_continues_the_session_there(
         clock=time.time,
     )
     drain(rt, hand.session_key)
-    assert _replies(store, "telegram:111")[-1].startswith("Handed off to the slack home channel")
-    assert _replies(store, "slack:D1")[-1].startswith("Continuing session ")
-    assert ("slack:D1", 1.0) in waker.deliveries
+    assert _replies(store, "telegram:111")[-1] == (
+        "Handing off to slack: waiting for its gateway to take the session…"
+    )
+    assert _replies(store, "slack:D1") == [  # nothing is said there before a worker runs it
+        "This chat is now the slack home channel: notices and hand-offs come here."
+    ]
+    ((handoff_id, countdown),) = waker.handoffs
+    assert countdown == 1.0
+    with store.read() as conn:
+        request = handoffs.get(conn, handoff_id)
+    assert request is not None and request.status == handoffs.PENDING
+    assert run_handoff(rt, handoff_id).outcome == "completed"
+    assert run_handoff(rt, handoff_id).outcome == "skipped"  # one claim per request
+    with store.read() as conn:
+        request = handoffs.get(conn, handoff_id)
+    assert request is not None and request.status == handoffs.COMPLETED
+    assert request.target_key == "agent:main:slack:dm:T1:D1"
+    assert _replies(store, "slack:D1")[-1].startswith("↻ Continuing session ")
+    drain(rt, "agent:main:slack:dm:T1:D1")  # the synthetic turn: the agent summarises there
+    assert len(_replies(store, "slack:D1")) == 3
 
     with store.read() as conn:
         bound = {
