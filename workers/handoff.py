@@ -19,6 +19,7 @@ from shared.store import handoffs
 from shared.store import sessions as session_rows
 from shared.turns import InboundTurn
 from workers.commands.platform import home_channel, home_key
+from workers.drain import drain
 from workers.flush import flush
 from workers.runtime import Runtime
 
@@ -107,8 +108,21 @@ def _deliver(rt: Runtime, request: handoffs.Handoff) -> str | None:
         now = rt.clock()
         routes.bind_route(conn, key, request.session_id, place, now)
         handoffs.set_target(conn, request.id, home.chat_id, home.thread_id, key)
-        inbox.record_turn(conn, probe, SessionKey(key, shared=home.chat_type != "dm"), now=now)
-    rt.waker.drain(key)
+        shared = home.chat_type != "dm" and not key.endswith(f":{home.user_id}")
+        summary = inbox.record_turn(conn, probe, SessionKey(key, shared=shared), now=now)
+    # Answer the summary turn here, so its reply is delivered before the terminal lets go; a
+    # drain already holding the key (someone wrote there meanwhile) answers it instead.
+    if drain(rt, key).reason == "busy":
+        rt.waker.drain(key)
+        return None
+    with rt.store.read() as conn:
+        turn = inbox.get_turn(conn, summary.turn_id)
+        replies = outbox.for_turn(conn, summary.turn_id)
+    unsent = [r for r in replies if r.status == outbox.FAILED]
+    if unsent:  # the session is bound there already: say so with the platform's reason
+        return f"{platform} refused the summary: {unsent[0].error or 'unknown error'}"
+    if turn is not None and turn.status in (inbox.FAILED, inbox.DEAD):
+        log.warning("handoff %s: the summary turn failed: %s", request.id, turn.error)
     return None
 
 

@@ -78,9 +78,11 @@ def test_sethome_stores_the_chat_and_handoff_continues_the_session_there(
         request = handoffs.get(conn, handoff_id)
     assert request is not None and request.status == handoffs.COMPLETED
     assert request.target_key == "agent:main:slack:dm:T1:D1"
-    assert _replies(store, "slack:D1")[-1].startswith("↻ Continuing session ")
-    drain(rt, "agent:main:slack:dm:T1:D1")  # the synthetic turn: the agent summarises there
-    assert len(_replies(store, "slack:D1")) == 3
+    assert _replies(store, "slack:D1")[1].startswith("↻ Continuing session ")
+    assert len(_replies(store, "slack:D1")) == 3  # the agent's summary, answered before completing
+    with store.read() as conn:
+        asked = conn.execute(text("SELECT text FROM inbox WHERE event_id = 'handoff:1'")).scalar()
+    assert asked is not None and "handed off from the terminal to slack" in asked
 
     with store.read() as conn:
         bound = {
