@@ -37,16 +37,28 @@ def failed_line(platform: str, error: str) -> str:
     )
 
 
+def last_id(store: Store, session_id: str | None) -> int:
+    """The newest handoff request of the session so far (0: none), read before /handoff is sent."""
+    if session_id is None:
+        return 0
+    with store.read() as conn:
+        found = handoffs.latest_for(conn, session_id)
+    return found.id if found is not None else 0
+
+
 def await_handoff(
     store: Store,
     session_id: str,
     clock: Callable[[], float],
     tick: Callable[[str], None] = lambda state: None,
+    *,
+    after_id: int = 0,
 ) -> Ended | None:
-    """Wait for this session's newest handoff; None when it has none open."""
+    """Wait for the session's handoff request newer than `after_id` (the one the command just
+    recorded; it may have finished already); None when the command recorded none."""
     with store.read() as conn:
-        request = handoffs.open_for(conn, session_id)
-    if request is None:
+        request = handoffs.latest_for(conn, session_id)
+    if request is None or request.id <= after_id:
         return None
     while True:
         with store.read() as conn:

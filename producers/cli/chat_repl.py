@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 from producers.cli.chat_client import Outcome, TerminalChat
+from producers.cli.chat_handoff import await_handoff, last_id
 from producers.cli.recap_view import ASSISTANT_STYLE, USER_STYLE, render_recap
 from shared import __version__
 from shared.model import SessionRecord
@@ -149,11 +150,12 @@ class Repl:
 
     def _turn(self, text: str) -> None:
         before = self.terminal.session_id()
+        command = text.split()[0] if text.startswith("/") else ""
+        handoffs_before = last_id(self.terminal.store, before) if command == "/handoff" else 0
         turn_id = self.terminal.send(text, tuple(self.pending))
         self.pending.clear()
         self._stop_replies: list[str] = []
         outcome = self._wait(turn_id)
-        command = text.split()[0] if text.startswith("/") else ""
         if outcome is not None:
             self._show(outcome, command=bool(command))
             if command == "/help" and outcome.status == inbox.DONE:
@@ -161,15 +163,13 @@ class Repl:
         for reply in self._stop_replies:
             self.console.print(Text(reply, style="cyan"))
         if command == "/handoff" and outcome is not None and outcome.status == inbox.DONE:
-            self._handoff(before)
+            self._handoff(before, handoffs_before)
             if self.handed_off:
                 return
         if command != "/compress":  # its reply already says where the conversation went
             self._follow(before, resumed=command == "/resume")
 
-    def _handoff(self, session_id: str | None) -> None:
-        from producers.cli.chat_handoff import await_handoff
-
+    def _handoff(self, session_id: str | None, after_id: int) -> None:
         if session_id is None:
             return
         with self.console.status("handing off…", spinner="dots") as status:
@@ -179,7 +179,9 @@ class Repl:
                 word = "waiting for a gateway" if state == "pending" else "handing off"
                 status.update(f"{word}…")
 
-            ended = await_handoff(self.terminal.store, session_id, self.terminal.clock, tick)
+            ended = await_handoff(
+                self.terminal.store, session_id, self.terminal.clock, tick, after_id=after_id
+            )
         if ended is None:
             return
         for line in ended.lines:

@@ -1,0 +1,190 @@
+"""`/handoff telegram` from a terminal session, against the fake Bot API (python-telegram-bot)
+on real Redis: the worker's task completes it once, and each failure is reported as one."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import select
+
+from producers.cli.chat_handoff import await_handoff
+from producers.intake import accept
+from shared.db import Store, open_store
+from shared.db.schema import routes
+from shared.pipeline import inbox, outbox
+from shared.settings import Settings, load_settings
+from shared.store import chats, handoffs
+from tests.fakes.delivery import delivery_runtime
+from tests.fakes.stack import redis_db_url
+from tests.fakes.telegram_api import FakeTelegram
+from tests.pipeline_helpers import turn
+from workers.drain import drain
+from workers.handoff import run_handoff
+from workers.runtime import Runtime
+
+TOKEN = "123456789:AAFakeTokenForTestsSecretPart"
+HOME = chats.HomeChannel(
+    "telegram", "-100777", "group", None, "42", "agent:main:telegram:group:-100777:42"
+)
+CLI = {"platform": "cli", "chat_type": "dm", "user_id": "local"}
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeTelegram]:
+    with FakeTelegram(TOKEN) as server:
+        yield server
+
+
+@pytest.fixture
+def tg(hermes_env: dict[str, str], redis_url: str, fake: FakeTelegram) -> Settings:
+    return load_settings(
+        {
+            **hermes_env,
+            "HERMES_BROKER_URL": redis_db_url(redis_url),
+            "HERMES_PLATFORMS__TELEGRAM__TOKEN": TOKEN,
+            "HERMES_PLATFORMS__TELEGRAM__API_BASE": fake.api_base,
+            "HERMES_SESSIONS__HANDOFF_TIMEOUT_SECONDS": "1",
+        }
+    )
+
+
+@pytest.fixture
+def tg_store(tg: Settings) -> Iterator[Store]:
+    store = open_store(tg.resolved_database_url)
+    yield store
+    store.close()
+
+
+def _say(rt: Runtime, n: int, text: str) -> list[str]:
+    """A terminal turn, drained; the replies it got."""
+    accepted = accept(
+        rt.store, rt.waker, turn(n, "abc123", text=text, **CLI), settings=rt.settings,
+        clock=time.time,
+    )  # fmt: skip
+    drain(rt, accepted.session_key)
+    with rt.store.read() as conn:
+        return [row.text for row in outbox.for_turn(conn, accepted.turn_id)]
+
+
+def _session(rt: Runtime) -> str:
+    with rt.store.read() as conn:
+        found = conn.execute(
+            select(routes.c.session_id).where(routes.c.session_key == "agent:main:cli:dm:abc123")
+        ).scalar()
+    assert found is not None
+    return str(found)
+
+
+def _bound(rt: Runtime, key: str) -> str | None:
+    with rt.store.read() as conn:
+        found = conn.execute(select(routes.c.session_id).where(routes.c.session_key == key))
+        return found.scalar()
+
+
+def test_handoff_completes_once_and_the_thread_continues_the_session(
+    tg: Settings, tg_store: Store, fake: FakeTelegram
+) -> None:
+    with tg_store.write() as conn:
+        chats.set_home_channel(conn, HOME)
+    with delivery_runtime(tg, tg_store) as (rt, waker):
+        _say(rt, 1, "plan my trip to Lisbon")
+        session_id = _session(rt)
+        assert _say(rt, 2, "/handoff telegram") == [
+            "Handing off to telegram: waiting for its gateway to take the session…"
+        ]
+        assert _say(rt, 3, "/handoff telegram") == [
+            "A handoff to telegram is already under way for this session."
+        ]
+        ((handoff_id, _),) = waker.handoffs
+        assert run_handoff(rt, handoff_id).outcome == "completed"
+        assert run_handoff(rt, handoff_id).outcome == "skipped"
+        ended = await_handoff(tg_store, session_id, time.time)
+    assert ended is not None and ended.completed
+    assert ended.lines == [
+        "↻ Handoff complete. The session is now active on telegram.",
+        "Resume it on this terminal later with: /resume Plan my trip to Lisbon",
+    ]
+    texts = [m["text"] for m in fake.sent("-100777")]
+    assert texts[0].startswith("↻ Continuing session ")
+    assert "handed off from the terminal to telegram" in texts[1]  # the summary, delivered
+    assert _bound(rt, HOME.session_key or "") == session_id
+
+
+def test_a_refused_send_fails_the_handoff_with_the_platforms_reason(
+    tg: Settings, tg_store: Store, fake: FakeTelegram
+) -> None:
+    with tg_store.write() as conn:
+        chats.set_home_channel(conn, HOME)
+    fake.script("sendMessage", "403")
+    with delivery_runtime(tg, tg_store) as (rt, waker):
+        _say(rt, 1, "plan my trip")
+        session_id = _session(rt)
+        _say(rt, 2, "/handoff telegram")
+        ((handoff_id, _),) = waker.handoffs
+        result = run_handoff(rt, handoff_id)
+        ended = await_handoff(tg_store, session_id, time.time)
+        assert result.outcome == "failed" and "403" in (result.error or "")
+        assert ended is not None and not ended.completed
+        assert ended.lines[0].startswith("Handoff to telegram failed: telegram refused the message")
+        assert "Forbidden" in ended.lines[0] and "stays on the session" in ended.lines[0]
+        assert _bound(rt, HOME.session_key or "") is None  # nothing moved
+        # cleared, so it can be retried (the fake answers normally now)
+        assert _say(rt, 3, "/handoff telegram")[0].startswith("Handing off to telegram")
+        assert run_handoff(rt, waker.handoffs[-1][0]).outcome == "completed"
+    with tg_store.read() as conn:
+        unsent = [r for r in outbox.pending(conn, "telegram:-100777")]
+    assert unsent == []  # the refused note is failed, never sent later
+
+
+def test_no_pickup_fails_the_request_after_the_timeout_so_it_cannot_fire_later(
+    tg: Settings, tg_store: Store, fake: FakeTelegram
+) -> None:
+    with tg_store.write() as conn:
+        chats.set_home_channel(conn, HOME)
+    with delivery_runtime(tg, tg_store) as (rt, waker):
+        _say(rt, 1, "plan my trip")
+        session_id = _session(rt)
+        _say(rt, 2, "/handoff telegram")
+        ended = await_handoff(tg_store, session_id, time.time)  # nobody runs the task
+        assert ended is not None and not ended.completed
+        assert ended.lines == [
+            "Handoff to telegram failed: no gateway picked it up within 1s. Start one with "
+            "`hermes up` or `hermes gateway telegram`, then /handoff again. "
+            "This terminal stays on the session."
+        ]
+        ((handoff_id, _),) = waker.handoffs
+        assert run_handoff(rt, handoff_id).outcome == "skipped"  # too late: it never fires
+    assert fake.sent("-100777") == []
+    with tg_store.read() as conn:
+        found = handoffs.get(conn, handoff_id)
+    assert found is not None and found.status == handoffs.FAILED
+
+
+def test_refusals_without_a_home_channel_and_while_a_reply_is_generated(
+    tg: Settings, tg_store: Store
+) -> None:
+    with delivery_runtime(tg, tg_store) as (rt, waker):
+        _say(rt, 1, "plan my trip")
+        session_id = _session(rt)
+        assert _say(rt, 2, "/handoff telegram") == [
+            "telegram has no home channel yet: send /sethome in the chat you want there."
+        ]
+        with tg_store.write() as conn:
+            chats.set_home_channel(conn, HOME)
+            # another route of the same session has a turn being answered right now
+            other = turn(9, "555", text="still thinking?", platform="telegram", user_id="555")
+            from shared.session_key import derive_session_key
+
+            key = derive_session_key(other)
+            from shared.pipeline import routes as route_rows
+
+            place = route_rows.Place("telegram", "555", "dm", None, "555")
+            route_rows.bind_route(conn, key.key, session_id, place, time.time())
+            busy = inbox.record_turn(conn, other, key, now=time.time())
+            inbox.mark_running(conn, busy.turn_id, session_id, time.time())
+        assert _say(rt, 3, "/handoff telegram") == [
+            "A reply is being generated: wait for the current reply, then /handoff again."
+        ]
+        assert waker.handoffs == []
