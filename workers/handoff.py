@@ -11,14 +11,15 @@ answered through the ordinary pipeline. The handoff is then completed.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shared.pipeline import inbox, outbox, routes
 from shared.session_key import SessionKey
-from shared.store import handoffs
+from shared.store import chats, handoffs
 from shared.store import sessions as session_rows
 from shared.turns import InboundTurn
 from workers.commands.platform import home_channel, home_key
+from workers.delivery.base import ThreadOpener, ThreadUnavailable
 from workers.drain import drain
 from workers.flush import flush
 from workers.runtime import Runtime
@@ -70,10 +71,11 @@ def _deliver(rt: Runtime, request: handoffs.Handoff) -> str | None:
         session = session_rows.require_session(conn, request.session_id)
     if home is None:
         return f"{platform} has no home channel: send /sethome in the chat you want there"
+    name = f"'{session.title}'" if session.title else session.id
+    home = _in_thread(rt, home, session.title or f"hermes {session.id}")
     key = home_key(rt, home)
     if key is None:
         return f"the {platform} home channel comes from the settings; send /sethome in it once"
-    name = f"'{session.title}'" if session.title else session.id
     note = f"↻ Continuing session {name} from the terminal. Reply here to carry on."
     with rt.store.write() as conn:
         row = outbox.add(
@@ -124,6 +126,39 @@ def _deliver(rt: Runtime, request: handoffs.Handoff) -> str | None:
     if turn is not None and turn.status in (inbox.FAILED, inbox.DEAD):
         log.warning("handoff %s: the summary turn failed: %s", request.id, turn.error)
     return None
+
+
+def _in_thread(rt: Runtime, home: chats.HomeChannel, title: str) -> chats.HomeChannel:
+    """The home channel, in a new thread where the platform's sender can open one; the
+    channel itself when it cannot (no permission, topics off: no isolation, but it works)."""
+    sender = rt.senders.get(home.platform)
+    if home.thread_id is not None or not isinstance(sender, ThreadOpener):
+        return home
+    try:
+        thread_id = sender.open_thread(home.chat_id, title)
+    except ThreadUnavailable as exc:
+        log.warning("handoff: no thread in %s %s (%s); using the channel", home.platform,
+                    home.chat_id, exc)  # fmt: skip
+        return home
+    key = _thread_key(home.session_key, home.chat_id, thread_id)
+    return replace(home, thread_id=thread_id, session_key=key)
+
+
+def _thread_key(home_key: str | None, chat_id: str, thread_id: str) -> str | None:
+    """The key a thread of the home chat derives: the home's key up to the chat id, then the
+    thread (thread sessions do not depend on the user). None: derived from the ids instead."""
+    if home_key is None:
+        return None
+    parts = home_key.split(":")
+    chat = _key_part(chat_id)
+    for index in range(4, len(parts)):
+        if parts[index] == chat:
+            return ":".join([*parts[: index + 1], _key_part(thread_id)])
+    return None
+
+
+def _key_part(value: str) -> str:
+    return value.replace("%", "%25").replace(":", "%3A")  # as shared.session_key escapes ids
 
 
 def sweep(rt: Runtime) -> tuple[list[int], int]:

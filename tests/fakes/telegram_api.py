@@ -39,6 +39,7 @@ class FakeTelegram:
     calls: list[Call] = field(default_factory=list)
     updates: list[dict[str, Any]] = field(default_factory=list)
     blocked: set[str] = field(default_factory=set)
+    forums: set[str] = field(default_factory=set)  # chats where createForumTopic works
     files: dict[str, bytes] = field(default_factory=dict)  # file_id → content (getFile)
     scripts: dict[str, deque[str]] = field(default_factory=lambda: defaultdict(deque))
     served: Served | None = None
@@ -131,6 +132,13 @@ class FakeTelegram:
                 "text": params.get("text", ""),
             }
             return JSONResponse({"ok": True, "result": result})
+        if method == "createForumTopic":
+            chat = str(params.get("chat_id"))
+            if chat not in self.forums:
+                return _error(400, "Bad Request: the chat is not a forum")
+            topic = {"message_thread_id": next(self._ids), "name": params.get("name"),
+                     "icon_color": 7322096}  # fmt: skip
+            return JSONResponse({"ok": True, "result": topic})
         if method == "getFile":
             file_id = str(params.get("file_id"))
             if file_id not in self.files:

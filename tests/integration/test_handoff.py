@@ -106,6 +106,8 @@ def test_handoff_completes_once_and_the_thread_continues_the_session(
         "↻ Handoff complete. The session is now active on telegram.",
         "Resume it on this terminal later with: /resume Plan my trip to Lisbon",
     ]
+    assert fake.methods().count("createForumTopic") == 1  # not a forum: the channel itself
+    assert all("message_thread_id" not in m for m in fake.sent("-100777"))
     texts = [m["text"] for m in fake.sent("-100777")]
     assert texts[0].startswith("↻ Continuing session ")
     assert "handed off from the terminal to telegram" in texts[1]  # the summary, delivered
@@ -188,3 +190,34 @@ def test_refusals_without_a_home_channel_and_while_a_reply_is_generated(
             "A reply is being generated: wait for the current reply, then /handoff again."
         ]
         assert waker.handoffs == []
+
+
+def test_a_forum_home_gets_a_topic_that_anyone_in_it_continues(
+    tg: Settings, tg_store: Store, fake: FakeTelegram
+) -> None:
+    with tg_store.write() as conn:
+        chats.set_home_channel(conn, HOME)
+    fake.forums.add("-100777")
+    with delivery_runtime(tg, tg_store) as (rt, waker):
+        _say(rt, 1, "plan my trip to Lisbon")
+        session_id = _session(rt)
+        _say(rt, 2, "/handoff telegram")
+        assert run_handoff(rt, waker.handoffs[0][0]).outcome == "completed"
+        (created,) = [c.params for c in fake.calls if c.method == "createForumTopic"]
+        assert created["name"] == "Plan my trip to Lisbon"
+        sent = fake.sent("-100777")
+        topic = sent[0]["message_thread_id"]
+        assert [m["message_thread_id"] for m in sent] == [topic, topic]  # note and summary
+        thread_key = f"agent:main:telegram:group:-100777:{topic}"
+        assert _bound(rt, thread_key) == session_id
+        # a second user in the topic joins the same session (threads do not split by user)
+        other = turn(
+            7, "-100777", text="and the hotel?", platform="telegram", chat_type="group",
+            user_id="99", thread_id=str(topic),
+        )  # fmt: skip
+        accepted = accept(tg_store, rt.waker, other, settings=tg, clock=time.time)
+        assert accepted.session_key == thread_key
+        drain(rt, accepted.session_key)
+    with tg_store.read() as conn:
+        answered = inbox.get_turn(conn, accepted.turn_id)
+    assert answered is not None and answered.session_id == session_id

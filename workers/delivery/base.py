@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from shared.pipeline.outbox import OutboxRow
 from shared.settings import Settings
@@ -24,6 +24,18 @@ class RetryLater(Exception):
         super().__init__(reason)
         self.after = after
         self.reason = reason
+
+
+class ThreadUnavailable(Exception):
+    """A thread could not be opened (no permission, topics off): use the channel itself."""
+
+
+@runtime_checkable
+class ThreadOpener(Protocol):
+    """A sender that can open a thread in a channel (Telegram topic, Discord thread, Slack
+    seed message); returns the thread id replies then carry as `thread_id`."""
+
+    def open_thread(self, chat_id: str, title: str) -> str: ...
 
 
 class Undeliverable(Exception):

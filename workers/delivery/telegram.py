@@ -28,7 +28,7 @@ from typing import Any
 from shared.pipeline.outbox import OutboxRow
 from shared.platforms.telegram import PLATFORM, TelegramSettings
 from workers.delivery.aioloop import LoopThread
-from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
+from workers.delivery.base import RetryLater, SenderDeps, Sent, ThreadUnavailable, Undeliverable
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
 from workers.delivery.split import split_for
@@ -39,6 +39,7 @@ PER_CHAT = PLATFORM.rate_limits["chat"]  # tokens/s, burst
 PER_GROUP = PLATFORM.rate_limits["group"]
 PER_BOT = PLATFORM.rate_limits["bot"]
 TIMEOUT = 30.0
+TOPIC_NAME_LIMIT = 128  # createForumTopic's name: 1-128 characters
 BOT_WIDE_AFTER = 5.0  # a 429 asking for a longer wait pauses the whole bot, not just the chat
 
 Migrate = Callable[[str, str], None]
@@ -228,6 +229,22 @@ class TelegramSender:
 
         message = self._loop.run(go, self._timeout + 5)
         return str(message.message_id)
+
+    def open_thread(self, chat_id: str, title: str) -> str:
+        """A forum topic in `chat_id` (a forum supergroup, or a private chat with topics on);
+        its message_thread_id. Raises ThreadUnavailable with Telegram's reason otherwise."""
+        from telegram.error import TelegramError
+
+        async def go() -> Any:
+            return await self._get_bot().create_forum_topic(
+                chat_id=_chat_arg(chat_id), name=title[:TOPIC_NAME_LIMIT] or "hermes"
+            )
+
+        try:
+            topic = self._loop.run(go, self._timeout + 5)
+        except (TelegramError, OSError, TimeoutError) as exc:
+            raise ThreadUnavailable(f"telegram: {self._redact(str(exc))}") from None
+        return str(topic.message_thread_id)
 
     def close(self) -> None:
         requests = list(self._requests)
