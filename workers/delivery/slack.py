@@ -17,7 +17,7 @@ from typing import Any
 
 from shared.pipeline.outbox import OutboxRow
 from shared.platforms.slack import PLATFORM, SlackSettings
-from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
+from workers.delivery.base import RetryLater, SenderDeps, Sent, ThreadUnavailable, Undeliverable
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
 from workers.delivery.split import split_for
@@ -106,6 +106,24 @@ class SlackSender:
             message = str(exc).replace(self._token, "***")
             raise SendFailed(f"slack: {type(exc).__name__}: {message}") from None
         return str(response.get("ts") or "")
+
+    def open_thread(self, chat_id: str, title: str) -> str:
+        """A seed message in `chat_id` whose ts anchors the thread; ThreadUnavailable if Slack
+        refuses it (the send that follows, without a thread, reports the same refusal)."""
+        from slack_sdk.errors import SlackApiError
+
+        try:
+            response = self._client.chat_postMessage(channel=chat_id, text=escape(f"🧵 {title}"))
+        except SlackApiError as exc:
+            error = (getattr(exc.response, "data", None) or {}).get("error", "refused")
+            raise ThreadUnavailable(f"slack: {error}") from None
+        except Exception as exc:
+            message = str(exc).replace(self._token, "***")
+            raise ThreadUnavailable(f"slack: {type(exc).__name__}: {message}") from None
+        ts = response.get("ts")
+        if not ts:
+            raise ThreadUnavailable("slack: the seed message has no ts")
+        return str(ts)
 
     def _map(self, row: OutboxRow, exc: Any) -> Exception:
         response = exc.response
