@@ -37,6 +37,8 @@ class FakeDiscord:
     token: str
     bot_id: str = "900000000000000001"
     channels: dict[str, dict[str, Any]] = field(default_factory=dict)
+    threads_asked: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    no_threads: set[str] = field(default_factory=set)  # channels where threads are refused
     calls: list[Call] = field(default_factory=list)
     scripts: deque[str] = field(default_factory=deque)
     identified: threading.Event = field(default_factory=threading.Event)
@@ -130,6 +132,24 @@ class FakeDiscord:
         if found is None:
             return _json({"message": "Unknown Channel", "code": 10003}, status=404)
         return _json(found)
+
+    async def create_thread(self, request: web.Request) -> web.Response:
+        """POST /channels/{id}/threads: a public thread under a known text channel."""
+        if not self._authorised(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        parent = request.match_info["channel"]
+        body = await request.json()
+        with self._lock:
+            self.threads_asked.append((parent, body))
+        found = self.channels.get(parent)
+        if found is None:
+            return _json({"message": "Unknown Channel", "code": 10003}, status=404)
+        if parent in self.no_threads:
+            return _json({"message": "Missing Permissions", "code": 50013}, status=403)
+        thread = thread_channel(str(next(self._ids)), parent, str(found.get("guild_id")))
+        thread["name"] = body.get("name")
+        self.channels[thread["id"]] = thread
+        return _json(thread, status=201)
 
     async def create_message(self, request: web.Request) -> web.StreamResponse:
         if not self._authorised(request):
@@ -243,6 +263,7 @@ class FakeDiscord:
         app.router.add_get("/api/v10/gateway", self.gateway_bot)
         app.router.add_get("/api/v10/channels/{channel}", self.channel)
         app.router.add_post("/api/v10/channels/{channel}/messages", self.create_message)
+        app.router.add_post("/api/v10/channels/{channel}/threads", self.create_thread)
         app.router.add_get("/gateway", self.gateway)
         return app
 

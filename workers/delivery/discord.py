@@ -19,7 +19,7 @@ import httpx
 
 from shared.pipeline.outbox import OutboxRow
 from shared.platforms.discord import PLATFORM, DiscordSettings
-from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
+from workers.delivery.base import RetryLater, SenderDeps, Sent, ThreadUnavailable, Undeliverable
 from workers.delivery.progress import Progress, namespace
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
 from workers.delivery.split import split_for
@@ -27,6 +27,9 @@ from workers.delivery.split import split_for
 PER_CHANNEL = PLATFORM.rate_limits["chat"]
 PER_BOT = PLATFORM.rate_limits["bot"]
 TIMEOUT = 30.0
+PUBLIC_THREAD = 11
+AUTO_ARCHIVE_MINUTES = 1440  # a handoff thread stays open a day after its last message
+THREAD_NAME_LIMIT = 100
 USER_AGENT = "DiscordBot (https://github.com/hermes-fleet, 0.1)"
 
 
@@ -100,6 +103,22 @@ class DiscordSender:
         if response.status_code in (200, 201):
             return str(_json(response).get("id", ""))
         raise self._map(channel, response)
+
+    def open_thread(self, chat_id: str, title: str) -> str:
+        """A public thread under the text channel `chat_id` (archived after a day idle); its
+        id. ThreadUnavailable with Discord's reason when it cannot (permissions, a DM)."""
+        body = {"name": title[:THREAD_NAME_LIMIT] or "hermes", "type": PUBLIC_THREAD,
+                "auto_archive_duration": AUTO_ARCHIVE_MINUTES}  # fmt: skip
+        try:
+            response = self._client.post(f"channels/{chat_id}/threads", json=body)
+        except httpx.HTTPError as exc:
+            message = str(exc).replace(self._token, "***")
+            raise ThreadUnavailable(f"discord: {type(exc).__name__}: {message}") from None
+        data = _json(response)
+        if response.status_code in (200, 201) and data.get("id"):
+            return str(data["id"])
+        detail = f"{data.get('code', '')} {data.get('message', '')}".strip()
+        raise ThreadUnavailable(f"discord {response.status_code}: {detail or 'refused'}")
 
     def _learn(self, channel: str, response: httpx.Response) -> None:
         """A bucket the headers say is empty cools the route down until it resets."""
