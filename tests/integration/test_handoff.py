@@ -22,6 +22,7 @@ from tests.fakes.telegram_api import FakeTelegram
 from tests.pipeline_helpers import turn
 from workers.drain import drain
 from workers.handoff import run_handoff
+from workers.redrive import redrive
 from workers.runtime import Runtime
 
 TOKEN = "123456789:AAFakeTokenForTestsSecretPart"
@@ -221,3 +222,22 @@ def test_a_forum_home_gets_a_topic_that_anyone_in_it_continues(
     with tg_store.read() as conn:
         answered = inbox.get_turn(conn, accepted.turn_id)
     assert answered is not None and answered.session_id == session_id
+
+
+def test_redrive_rewakes_pending_requests_and_fails_ones_left_running(
+    tg: Settings, tg_store: Store
+) -> None:
+    with delivery_runtime(tg, tg_store) as (rt, waker):
+        now = time.time()
+        with tg_store.write() as conn:
+            lost = handoffs.request(conn, "s-lost", "k1", "telegram", now - 400, 3600)
+            assert handoffs.claim(conn, lost, now - 400)  # its worker died mid-way
+            waiting = handoffs.request(conn, "s-wait", "k2", "telegram", now, 60)
+        result = redrive(rt)
+        assert (waiting, None) in waker.handoffs and (lost, None) not in waker.handoffs
+        assert result.dead == 0
+        assert run_handoff(rt, lost).outcome == "skipped"  # never delivered a second time
+    with tg_store.read() as conn:
+        found = handoffs.get(conn, lost)
+    assert found is not None and found.status == handoffs.FAILED
+    assert found.error is not None and "restarted" in found.error
