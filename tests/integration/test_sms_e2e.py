@@ -205,20 +205,21 @@ def test_a_configured_home_number_then_sethome_take_handoffs(
             # Nobody has texted yet: the configured number is the fallback.
             _from_the_terminal(settings, store, 1, "plan my trip")
             _from_the_terminal(settings, store, 2, "/handoff sms")
-            wait_for(lambda: twilio.sent(home), timeout=90)
+            # The note, then the agent's summary: the handoff completes once both are sent.
+            wait_for(lambda: len(twilio.sent(home)) >= 2, timeout=90)
             # Then USER says /sethome from their phone: the next hand-off goes there.
             assert phone.send("/sethome").status_code == 200
             settle(twilio, 1)
             _from_the_terminal(settings, store, 3, "/handoff sms")
-            settle(twilio, 2)
+            settle(twilio, 3)
             with store.read() as conn:
                 stored = chats.get_home_channel(conn, "sms")
     finally:
         store.close()
-    (to_home,) = twilio.sent(home)
-    assert to_home["Body"].startswith("Continuing session ")
+    to_home = [m["Body"] for m in twilio.sent(home)]
+    assert len(to_home) == 2 and to_home[0].startswith("↻ Continuing session ")
     assert replies(twilio)[0] == (
         "This chat is now the sms home channel: notices and hand-offs come here."
     )
-    assert replies(twilio)[1].startswith("Continuing session ")
+    assert replies(twilio)[1].startswith("↻ Continuing session ")
     assert stored is not None and (stored.chat_id, stored.chat_type) == (USER, "dm")

@@ -20,6 +20,7 @@ from shared.store import chats
 from tests.pipeline_helpers import make_runtime, turn
 from workers.delivery.base import MemorySender
 from workers.drain import drain
+from workers.handoff import run_handoff
 
 ROOT = Path(__file__).resolve().parents[2]
 USER = "16505551234"
@@ -56,9 +57,11 @@ def test_sethome_makes_the_wa_id_home_and_a_handoff_goes_there(
         clock=time.time,
     )  # fmt: skip
     drain(rt, talk.session_key)
-    assert _replies(store, "telegram:111")[-1].startswith("Handed off to the whatsapp home")
-    assert _replies(store, f"whatsapp:{USER}")[-1].startswith("Continuing session ")
-    assert (f"whatsapp:{USER}", 1.0) in waker.deliveries
+    assert _replies(store, "telegram:111")[-1].startswith("Handing off to whatsapp")
+    ((handoff_id, _),) = waker.handoffs
+    assert run_handoff(rt, handoff_id).outcome == "completed"
+    to_home = _replies(store, f"whatsapp:{USER}")
+    assert to_home[1].startswith("↻ Continuing session ") and len(to_home) == 3  # + summary
 
 
 def test_a_configured_home_channel_is_a_dm_with_that_wa_id(
