@@ -62,7 +62,11 @@ def backend_for(dialect: str) -> SearchBackend | None:
         from shared.search.sqlite import backend as sqlite_search
 
         return sqlite_search
-    return None  # PostgreSQL (tsvector + pg_trgm) plugs in here
+    if dialect == "postgresql":
+        from shared.search.postgresql import backend as postgresql_search
+
+        return postgresql_search
+    return None
 
 
 def error(mode: str, message: str) -> dict[str, Any]:

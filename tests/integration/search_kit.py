@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.db import Store
+from shared.search.backend import SearchBackend
+from shared.search.calls import backend_for
 from shared.search.tool import run
 from shared.store.messages import append_message
 from shared.store.sessions import create_session
@@ -61,3 +63,10 @@ def ids(result: dict[str, Any]) -> list[str]:
 
 def filler(n: int, word: str = "filler") -> list[str]:
     return [f"{word} line {i}" for i in range(n)]
+
+
+def backend_of(store: Store) -> SearchBackend:
+    """The search backend module of the store's dialect (tests tune its limits)."""
+    found = backend_for(store.dialect)
+    assert found is not None
+    return found

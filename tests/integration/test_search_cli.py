@@ -16,9 +16,20 @@ from shared.db.engine import connect
 from shared.db.migrate import HEAD, alembic_config
 from shared.search import SearchRequest
 from shared.search import search as run_search
+from shared.search.postgresql import ddl as postgresql_ddl
 from shared.settings import Settings
 from shared.store.messages import append_message
 from shared.store.sessions import create_session
+import pytest
+
+pytestmark = pytest.mark.both_databases
+
+
+# How many messages the substring index holds, per dialect.
+INDEXED_CJK = {
+    "sqlite": "SELECT count(*) FROM messages_cjk_docsize",
+    "postgresql": f"SELECT count(*) FROM messages AS m WHERE {postgresql_ddl.unsegmented()}",
+}
 
 
 def _fill(settings: Settings) -> None:
@@ -96,7 +107,7 @@ def test_upgrade_from_0002_indexes_existing_cjk_messages(settings: Settings) -> 
     try:
         with store.read() as conn:
             rev = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            indexed = conn.execute(text("SELECT count(*) FROM messages_cjk_docsize")).scalar()
+            indexed = conn.execute(text(INDEXED_CJK[store.dialect])).scalar()
         assert rev == HEAD and indexed == 1
         result = run_search(store, SearchRequest(query="中文"))
         assert [r["session_id"] for r in result["results"]] == ["old"]

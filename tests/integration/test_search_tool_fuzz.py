@@ -15,6 +15,9 @@ from shared.search.tool import run
 from shared.store.messages import append_message
 from shared.store.sessions import create_session
 from tests.fuzzing import EXTREMES, VALUES, examples
+import pytest
+
+pytestmark = pytest.mark.both_databases
 
 SID = "20250101_000000_abcdef"
 

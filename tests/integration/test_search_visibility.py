@@ -19,6 +19,8 @@ from shared.store.visibility import Viewer
 from workers.agent.tools import session_search
 from workers.agent.tools.registry import ToolContext
 
+pytestmark = pytest.mark.both_databases
+
 TELEGRAM_U1 = Viewer("telegram", "u1")
 TERMINAL = Viewer("cli", "local")
 

@@ -44,7 +44,6 @@ this module re-exports them so that it is the whole backend (`shared.search.back
 
 from __future__ import annotations
 
-import heapq
 import re
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -53,7 +52,9 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from shared.search.backend import Filters, Hit, Order
-from shared.search.query import All, Any, Node, Query, QueryError, Term
+from shared.search.query import Node, Query, QueryError
+from shared.search.routing import merge as _merge
+from shared.search.routing import routes as _routes
 from shared.search.sqlite.compiler import (
     ANY_ROW,
     TRIGRAM,
@@ -375,62 +376,6 @@ def _word_weights(tree: Node) -> list[Weighed]:
     return out
 
 
-def _requires(node: Node) -> bool:
-    """Whether every match of `node` holds unsegmented text (so lies in the trigram index)."""
-    if isinstance(node, Term):
-        return node.unsegmented
-    if isinstance(node, All):
-        return any(_requires(child) for child in node.must)
-    return all(_requires(child) for child in node.options)
-
-
-def _without_unsegmented(node: Node) -> Node | None:
-    """`node` on a message holding no unsegmented text: its unsegmented terms are false there
-    (None: the node is false)."""
-    if isinstance(node, Term):
-        return None if node.unsegmented else node
-    if isinstance(node, Any):
-        options = [o for o in map(_without_unsegmented, node.options) if o is not None]
-        return _any(options)
-    must = [_without_unsegmented(child) for child in node.must]
-    if any(child is None for child in must):
-        return None
-    must_not = [c for c in map(_without_unsegmented, node.must_not) if c is not None]
-    kept = [child for child in must if child is not None]
-    return kept[0] if len(kept) == 1 and not must_not else All(tuple(kept), tuple(must_not))
-
-
-def _any(options: Sequence[Node]) -> Node | None:
-    return None if not options else options[0] if len(options) == 1 else Any(tuple(options))
-
-
-@dataclass(frozen=True, slots=True)
-class _Routes:
-    """Where a query runs: `words` on the word index, `plain_words` there over messages outside
-    the trigram index only, `substrings` on the trigram index (None: not there)."""
-
-    words: Node | None
-    plain_words: Node | None
-    substrings: Node | None
-
-    @property
-    def word_tree(self) -> Node | None:
-        return _any([t for t in (self.words, self.plain_words) if t is not None])
-
-
-def _routes(query: Query) -> _Routes:
-    """Each option of a top-level OR by its terms: none unsegmented → words; every match holds
-    one → substrings; else both, split by message (see the module docstring)."""
-    tree = query.tree
-    if not query.unsegmented:
-        return _Routes(tree, None, None)
-    options = tree.options if isinstance(tree, Any) else (tree,)
-    words = [o for o in options if not Query(o).unsegmented]
-    mixed = [o for o in options if Query(o).unsegmented]
-    plain = [_without_unsegmented(o) for o in mixed if not _requires(o)]
-    return _Routes(_any(words), _any([p for p in plain if p is not None]), _any(mixed))
-
-
 def hits(conn: Connection, query: Query, filters: Filters, order: Order) -> Iterator[Hit]:
     """Matching messages, best first for the order, each once; lazy, so callers stop early."""
     db = _db(conn)
@@ -457,16 +402,6 @@ def hits(conn: Connection, query: Query, filters: Filters, order: Order) -> Iter
         if "fts5" not in str(exc).lower():
             raise
         raise QueryError(f"the full-text index rejected it ({exc})") from None
-
-
-def _merge(streams: Sequence[Iterator[Hit]], order: Order) -> Iterator[Hit]:
-    if len(streams) == 1:
-        return streams[0]
-    if order is Order.RELEVANCE:
-        return heapq.merge(*streams, key=lambda h: h.score)
-    if order is Order.OLDEST:
-        return heapq.merge(*streams, key=lambda h: h.message_id)
-    return heapq.merge(*streams, key=lambda h: -h.message_id)
 
 
 def snippets(conn: Connection, query: Query, found: Sequence[Hit]) -> dict[int, str]:

@@ -1,0 +1,1 @@
+"""PostgreSQL search backend: words in a tsvector, substrings in a character-gram index."""

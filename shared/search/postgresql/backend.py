@@ -1,0 +1,245 @@
+"""PostgreSQL search backend: the same shapes, syntax and results as `shared.search.sqlite`.
+
+Indexes (DDL in `ddl`): words in `messages.search_words` (tsvector, GIN), substrings of
+messages in unsegmented scripts in a GIN index of their 1- and 2-character pieces. Routing
+(which index a query runs on) is `shared.search.routing`, shared with SQLite. Substring
+matches are checked on the text (`strpos`) before they count, so substring search is exact.
+
+Bounded work at any size:
+- `newest`/`oldest` read matches in id order, a batch at a time, and stop as soon as the caller
+  has enough sessions.
+- relevance ranks with `ts_rank` (length-normalised) inside windows of the newest RANK_WINDOW
+  matches, newest window first (as SQLite does with bm25). ts_rank weighs each row on its own,
+  with no count over the whole index, so every term may be weighed; ties go to the newest.
+- a query with a term of 1-2 characters (`我`) first checks the newest SCAN_ROWS messages in
+  the substring index directly (a common character is found there at once, where its index
+  entry lists most such messages), then goes on through the index past them.
+- substring matches carry no weight of their own: they come newest first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+from sqlalchemy import Connection
+
+from shared.search.backend import Filters, Hit, Order
+from shared.search.postgresql import ddl
+from shared.search.postgresql.compiler import (
+    PIECE,
+    compile_substrings,
+    compile_words,
+    fold,
+    predicate,
+)
+from shared.search.postgresql.rows import around as around
+from shared.search.postgresql.rows import count_between as count_between
+from shared.search.postgresql.rows import db_of as _db
+from shared.search.postgresql.rows import ends as ends
+from shared.search.postgresql.rows import first_text as first_text
+from shared.search.postgresql.rows import marks as _marks
+from shared.search.postgresql.rows import message as message
+from shared.search.postgresql.rows import parents as parents
+from shared.search.postgresql.rows import recent_sessions as recent_sessions
+from shared.search.postgresql.rows import sessions_by_id as sessions_by_id
+from shared.search.postgresql.rows import visible as _visible
+from shared.search.query import Node, Query
+from shared.search.routing import merge, routes
+
+RANK_WINDOW = 256  # matches ranked by ts_rank at a time
+MAX_WINDOWS = 40  # relevance looks at most at this many windows (~10,000 matches)
+BATCH = 64  # hits fetched at a time in id order
+SCAN_ROWS = 2000  # newest substring-indexed messages checked directly for a short term
+SCAN_CHUNK = 500
+RANK_NORMALIZATION = 1  # ts_rank divided by 1 + log(length): shorter messages first, like bm25
+
+DB = psycopg.Connection[Any]
+
+
+def _filter_sql(filters: Filters, params: list[object]) -> tuple[str, str]:
+    """(JOIN clause, WHERE conditions) for roles, source, the excluded session and the viewer."""
+    where = f" AND m.role IN ({_marks(filters.roles)})"
+    params.extend(filters.roles)
+    join = ""
+    if filters.exclude_session_id is not None:
+        where += " AND m.session_id != %s"
+        params.append(filters.exclude_session_id)
+    if filters.source is not None:
+        where += " AND s.source = %s"
+        params.append(filters.source)
+    reached = _visible(filters.viewer, "s", params)
+    where += reached
+    if filters.source is not None or reached:
+        join = " JOIN sessions AS s ON s.id = m.session_id"
+    return join, where
+
+
+def _past(order: Order, cursor: int | None, params: list[object]) -> str:
+    if cursor is None:
+        return ""
+    params.append(cursor)
+    return f" AND m.id {'>' if order is Order.OLDEST else '<'} %s"
+
+
+def _direction(order: Order) -> str:
+    return "ASC" if order is Order.OLDEST else "DESC"
+
+
+def _plain(only: bool) -> str:
+    """Keep only messages outside the substring index (no unsegmented text), when `only`."""
+    return f" AND NOT {ddl.unsegmented()}" if only else ""
+
+
+def _ordered_words(
+    db: DB, tsquery: str, filters: Filters, order: Order, plain: bool
+) -> Iterator[Hit]:
+    cursor: int | None = None
+    while True:
+        params: list[object] = [tsquery]
+        bound = _past(order, cursor, params)
+        join, where = _filter_sql(filters, params)
+        rows = db.execute(
+            f"SELECT m.id, m.session_id FROM messages AS m{join}"
+            f" WHERE m.search_words @@ %s::tsquery{bound}{where}{_plain(plain)}"
+            f" ORDER BY m.id {_direction(order)} LIMIT {BATCH}",
+            params,
+        ).fetchall()
+        for row in rows:
+            yield Hit(int(row[0]), str(row[1]), 0.0, "words")
+        if len(rows) < BATCH:
+            return
+        cursor = int(rows[-1][0])
+
+
+def _ranked_words(db: DB, tsquery: str, filters: Filters, plain: bool) -> Iterator[Hit]:
+    """ts_rank order inside windows of the newest RANK_WINDOW matches, newest window first;
+    the rank is computed on the window's rows only."""
+    upper: int | None = None
+    for _ in range(MAX_WINDOWS):
+        params: list[object] = [tsquery, tsquery]
+        bound = _past(Order.NEWEST, upper, params)
+        join, where = _filter_sql(filters, params)
+        rows = db.execute(
+            f"SELECT w.id, w.session_id, ts_rank(w.search_words, %s::tsquery,"
+            f" {RANK_NORMALIZATION}) FROM (SELECT m.id, m.session_id, m.search_words"
+            f" FROM messages AS m{join} WHERE m.search_words @@ %s::tsquery{bound}{where}"
+            f"{_plain(plain)} ORDER BY m.id DESC LIMIT {RANK_WINDOW}) AS w",
+            params,
+        ).fetchall()
+        rows.sort(key=lambda r: (-float(r[2]), -int(r[0])))
+        for row in rows:
+            yield Hit(int(row[0]), str(row[1]), -float(row[2]), "words")
+        if len(rows) < RANK_WINDOW:
+            return
+        upper = min(int(r[0]) for r in rows)
+
+
+def _short(tree: Node) -> bool:
+    return any(len(fold(t.text)) <= PIECE for t in Query(tree).terms())
+
+
+def _scanned(db: DB, tree: Node, filters: Filters, order: Order) -> Iterator[Hit | int | None]:
+    """Check the newest (oldest) substring-indexed messages directly: hits, then the cursor
+    to go on from (None: every such message was checked)."""
+    cursor: int | None = None
+    seen = 0
+    while seen < SCAN_ROWS:
+        params: list[object] = []
+        bound = _past(order, cursor, params)
+        chunk = db.execute(
+            f"SELECT m.id FROM messages AS m WHERE {ddl.unsegmented()}{bound}"
+            f" ORDER BY m.id {_direction(order)} LIMIT {SCAN_CHUNK}",
+            params,
+        ).fetchall()
+        if not chunk:
+            yield None
+            return
+        seen += len(chunk)
+        ids = [int(row[0]) for row in chunk]
+        params = [ids]
+        condition = predicate(tree, params)
+        join, where = _filter_sql(filters, params)
+        rows = db.execute(
+            f"SELECT m.id, m.session_id FROM messages AS m{join}"
+            f" WHERE m.id = ANY(%s) AND {condition}{where} ORDER BY m.id {_direction(order)}",
+            params,
+        ).fetchall()
+        for row in rows:
+            yield Hit(int(row[0]), str(row[1]), 0.0, "substrings")
+        cursor = ids[-1]
+        if len(chunk) < SCAN_CHUNK:
+            yield None
+            return
+    yield cursor
+
+
+def _indexed_substrings(
+    db: DB, tree: Node, filters: Filters, order: Order, cursor: int | None
+) -> Iterator[Hit]:
+    """Matches through the piece index in id order (past `cursor`), checked on the text."""
+    while True:
+        params: list[object] = []
+        narrowing = compile_substrings(tree, params)
+        if narrowing is None:
+            return
+        condition = predicate(tree, params)
+        bound = _past(order, cursor, params)
+        join, where = _filter_sql(filters, params)
+        rows = db.execute(
+            f"SELECT m.id, m.session_id FROM messages AS m{join}"
+            f" WHERE {ddl.unsegmented()} AND {narrowing} AND {condition}{bound}{where}"
+            f" ORDER BY m.id {_direction(order)} LIMIT {BATCH}",
+            params,
+        ).fetchall()
+        for row in rows:
+            yield Hit(int(row[0]), str(row[1]), 0.0, "substrings")
+        if len(rows) < BATCH:
+            return
+        cursor = int(rows[-1][0])
+
+
+def _substring_hits(db: DB, tree: Node, filters: Filters, order: Order) -> Iterator[Hit]:
+    walk = Order.OLDEST if order is Order.OLDEST else Order.NEWEST
+    cursor: int | None = None
+    if _short(tree):
+        rest = True
+        for item in _scanned(db, tree, filters, walk):
+            if isinstance(item, Hit):
+                yield item
+            else:
+                rest, cursor = item is not None, item
+        if not rest:
+            return
+    yield from _indexed_substrings(db, tree, filters, walk, cursor)
+
+
+def hits(conn: Connection, query: Query, filters: Filters, order: Order) -> Iterator[Hit]:
+    """Matching messages, best first for the order, each once; lazy, so callers stop early."""
+    db = _db(conn)
+    routed = routes(query)
+    streams: list[Iterator[Hit]] = []
+    for word_tree, plain in ((routed.words, False), (routed.plain_words, True)):
+        tsquery = None if word_tree is None else compile_words(word_tree)
+        if tsquery is None:
+            continue
+        if order is Order.RELEVANCE:
+            streams.append(_ranked_words(db, tsquery, filters, plain))
+        else:
+            streams.append(_ordered_words(db, tsquery, filters, order, plain))
+    if routed.substrings is not None:
+        streams.append(_substring_hits(db, routed.substrings, filters, order))
+    if not streams:
+        return
+    seen: set[int] = set()
+    for hit in merge(streams, order):
+        if hit.message_id not in seen:
+            seen.add(hit.message_id)
+            yield hit
+
+
+def snippets(conn: Connection, query: Query, found: Sequence[Hit]) -> dict[int, str]:
+    """None of its own: the engine marks the matched words and substrings (`views.highlight`),
+    the same way on every dialect."""
+    return {}

@@ -1,0 +1,93 @@
+"""PostgreSQL DDL of the search indexes that revision 0013 adds (SQLite keeps FTS5, 0001/0003).
+
+Words: `messages.search_words`, a stored generated tsvector with a GIN index. The text is
+folded like FTS5's `unicode61 remove_diacritics 2` (lower case, accents dropped, every run of
+characters other than letters and digits a separator) before the 'simple' configuration reads
+it, so `chat-send` is the words chat and send, `foo.py` is foo and py, `Café` is cafe, and
+nothing is stemmed or dropped as a stopword: a word is found exactly when SQLite finds it.
+Queries are folded the same way in Python (`compiler.words_of`). Tool output is indexed up to
+`FTS_TOOL_OUTPUT_CAP` characters as on SQLite; other text up to `TEXT_CAP` (a tsvector holds
+at most 1 MB; past the cap a word of a giant message is not found on PostgreSQL).
+
+Substrings (Chinese, Japanese, Thai...): messages holding any such character get a GIN
+expression index over the set of their 1- and 2-character substrings (`hermes_search_grams`).
+A term of 1-2 characters is one key of it; a longer one the AND of its 2-character pieces,
+and the text is then checked (`strpos`) before a row counts. pg_trgm is not used: it only
+indexes runs of what the locale calls alphanumeric and needs three characters, while this
+index answers one character as well as ten. `ix_messages_unsegmented` lists those messages by
+id, for the direct check of the newest ones (a very common character).
+"""
+
+from __future__ import annotations
+
+from shared.db.sqlite import FTS_TOOL_OUTPUT_CAP
+from shared.unsegmented import char_class
+
+TEXT_CAP = 262_144  # characters of a non-tool message that are word-indexed (tsvector <= 1 MB)
+
+# The indexed text of a messages row (alias `m` in queries; bare columns in the DDL).
+INDEXED = (
+    f"(CASE WHEN {{row}}role = 'tool' THEN left({{row}}content, {FTS_TOOL_OUTPUT_CAP})"
+    f" ELSE left({{row}}content, {TEXT_CAP}) END)"
+)
+# The combining diacritical marks FTS5's remove_diacritics drops after decomposition.
+MARKS = "[\\u0300-\\u036f]"
+
+
+def indexed(row: str = "m.") -> str:
+    return INDEXED.format(row=row)
+
+
+def unsegmented(row: str = "m.") -> str:
+    """The condition: the row is in the substring index (written exactly so in queries, for
+    the partial indexes to apply)."""
+    return f"({indexed(row)} ~ '{char_class()}')"
+
+
+def grams(row: str = "m.") -> str:
+    """The substring index's expression."""
+    return f"hermes_search_grams(lower({indexed(row)}))"
+
+
+WORD_TEXT_FUNCTION = f"""
+CREATE FUNCTION hermes_search_words(t text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURNS NULL ON NULL INPUT AS $$
+  SELECT regexp_replace(
+    regexp_replace(normalize(lower(t), NFD), '{MARKS}', '', 'g'),
+    '[^[:alnum:]]+', ' ', 'g')
+$$
+"""
+
+GRAMS_FUNCTION = """
+CREATE FUNCTION hermes_search_grams(t text) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURNS NULL ON NULL INPUT AS $$
+  SELECT coalesce(array_agg(DISTINCT g), '{}') FROM (
+    SELECT substr(t, i, 1) AS g FROM generate_series(1, length(t)) AS i
+    UNION ALL
+    SELECT substr(t, i, 2) FROM generate_series(1, length(t) - 1) AS i
+  ) AS pieces
+$$
+"""
+
+WORDS_COLUMN = (
+    "ALTER TABLE messages ADD COLUMN search_words tsvector GENERATED ALWAYS AS"
+    f" (to_tsvector('simple'::regconfig, hermes_search_words({indexed('')}))) STORED"
+)
+
+WORDS_INDEX = "CREATE INDEX ix_messages_search_words ON messages USING gin (search_words)"
+
+GRAMS_INDEX = (
+    f"CREATE INDEX ix_messages_search_grams ON messages USING gin ({grams('')})"
+    f" WHERE {unsegmented('')}"
+)
+
+UNSEGMENTED_INDEX = f"CREATE INDEX ix_messages_unsegmented ON messages (id) WHERE {unsegmented('')}"
+
+CREATE_ALL = [
+    WORD_TEXT_FUNCTION,
+    GRAMS_FUNCTION,
+    WORDS_COLUMN,
+    WORDS_INDEX,
+    GRAMS_INDEX,
+    UNSEGMENTED_INDEX,
+]
