@@ -3,6 +3,7 @@
     python -m bench.search                 # 1.5M messages in 21,000 sessions (minutes to build)
     python -m bench.search --quick         # a small store, well within 60 s
     python -m bench.search --db PATH       # keep the store at PATH; reuse it when it is there
+    python -m bench.search --db PATH --database-url postgresql://...   # the same on PostgreSQL
 
 The store is `bench.corpus` (the shared seeded corpus: Zipf vocabulary, code, tool JSON, 5-8%
 of messages in Chinese or Japanese), built through the real schema, so the trigram index is
@@ -323,8 +324,16 @@ def main(argv: list[str] | None = None) -> None:
         help="measure a copy of the store after the product's prune took 25%% of its messages",
     )
     parser.add_argument("--facts", type=int, default=200, help="planted facts for recall@3")
+    parser.add_argument(
+        "--database-url",
+        help="measure on this PostgreSQL database instead: the corpus (built or reused at --db)"
+        " is copied into it unless it already holds it",
+    )
     args = parser.parse_args(argv)
     size = QUICK if args.quick else FULL
+    if args.database_url:
+        _main_postgresql(args, size)
+        return
     pruning: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as scratch:
         path = args.db or Path(scratch) / "state.db"
@@ -373,6 +382,67 @@ def main(argv: list[str] | None = None) -> None:
             for v in (value,)
         },
         "recall": recall,
+        "targets_met_wall": _verdict(report, "p99_ms"),
+        "targets_met_cpu": _verdict(report, "cpu_p99_ms"),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+    print(json.dumps(summary, ensure_ascii=False, separators=(",", ":")))
+    sys.stdout.flush()
+
+
+def _main_postgresql(args: argparse.Namespace, size: dict[str, int]) -> None:
+    """The same classes on PostgreSQL, beside an `ILIKE` scan; no recall or prune run."""
+    import psycopg
+
+    from bench import search_postgres as pg
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = args.db or Path(scratch) / "state.db"
+        meta = _store(path, size, args.seed, reuse=args.db is not None)
+        source = sqlite3.connect(path)
+        copied = None
+        if not pg.loaded(args.database_url, source):
+            print(f"copying the corpus into {args.database_url} ...")
+            copied = round(pg.copy_corpus(args.database_url, source, print), 1)
+            print(f"       copied in {copied} s")
+        queries = _queries(source, max(50, args.queries), args.seed + 10)
+        source.close()
+    store = open_store(args.database_url)
+    plain_db = psycopg.connect(args.database_url.replace("postgresql+psycopg", "postgresql"))
+    try:
+        report = _measure(store, queries)
+        plain: dict[str, dict[str, Any]] = {}
+        for name, calls in queries.items():
+            if name in {"scroll", "browse"} or not calls:
+                continue
+            ours, scan = [], []
+            for call in calls[: args.plain]:
+                scan.append(_time(pg.plain_call(plain_db, name, call))[0])
+                ours.append(_time(_ours_call(store, name, call))[0])
+            plain[name] = {
+                "n": len(scan),
+                "plain_ilike_p50_ms": round(statistics.median(scan), 2),
+                "plain_ilike_p99_ms": round(quantile(scan, 0.99), 2),
+                "ours_p50_ms": round(statistics.median(ours), 2),
+                "ours_p99_ms": round(quantile(ours, 0.99), 2),
+            }
+            print(f"{'plain ' + name:>19}: {json.dumps(plain[name])}")
+        messages = plain_db.execute("SELECT count(*) FROM messages").fetchone()
+        sessions = plain_db.execute("SELECT count(*) FROM sessions").fetchone()
+    finally:
+        plain_db.close()
+        store.close()
+    summary = {
+        "bench": "search",
+        "dialect": "postgresql",
+        "quick": args.quick,
+        "messages": messages[0] if messages else 0,
+        "sessions": sessions[0] if sessions else 0,
+        "build_s": meta["build_seconds"],
+        "copy_s": copied,
+        **pg.sizes(args.database_url),
+        "classes": report,
+        "beside_plain": plain,
         "targets_met_wall": _verdict(report, "p99_ms"),
         "targets_met_cpu": _verdict(report, "cpu_p99_ms"),
         "load_average": [round(x, 2) for x in os.getloadavg()],
