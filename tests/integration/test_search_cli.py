@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import click
+import pytest
 from alembic import command
 from click.testing import CliRunner
 from sqlalchemy import text
@@ -20,7 +21,6 @@ from shared.search.postgresql import ddl as postgresql_ddl
 from shared.settings import Settings
 from shared.store.messages import append_message
 from shared.store.sessions import create_session
-import pytest
 
 pytestmark = pytest.mark.both_databases
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +16,6 @@ from shared.search.tool import run
 from shared.store.messages import append_message
 from shared.store.sessions import create_session
 from tests.fuzzing import EXTREMES, VALUES, examples
-import pytest
 
 pytestmark = pytest.mark.both_databases
 

@@ -55,7 +55,8 @@ def _compiled_reach(viewer: Viewer | None, alias: str) -> tuple[str, tuple[objec
     clause = reach(viewer, schema.sessions.alias(alias))
     if clause is None:
         return "", ()
-    compiled = clause.compile(dialect=postgresql_dialect.dialect(paramstyle="format"))
+    format_style = postgresql_dialect.dialect(paramstyle="format")  # type: ignore[no-untyped-call]
+    compiled = clause.compile(dialect=format_style)
     return f" AND {compiled}", tuple(compiled.params[name] for name in compiled.positiontup or ())
 
 
@@ -179,4 +180,4 @@ def count_between(
         )
         .fetchone()
     )
-    return int(row[0])
+    return 0 if row is None else int(row[0])
