@@ -23,7 +23,6 @@ from shared.store import memory as memory_rows
 from shared.store import messages
 from shared.store import sessions as session_rows
 from tests.fakes.openai_server import FakeOpenAI, error, reply, running, tool_call
-from tests.integration.pg_pending import needs_search
 from tests.pipeline_helpers import make_runtime, turn
 from workers.agent.factory import build_agent
 from workers.drain import drain
@@ -131,7 +130,6 @@ def test_memory_and_search_reach_a_later_session(
     agent_runtime: tuple[Runtime, Settings], fake: FakeOpenAI
 ) -> None:
     rt, settings = agent_runtime
-    needs_search(rt.store)
     fake.script(
         tool_call("memory", {"action": "save", "content": "Works on the zeppelin project."}),
         reply("Saved."),
@@ -153,7 +151,6 @@ def test_search_leaves_out_the_current_session_even_when_it_holds_the_term(
     agent_runtime: tuple[Runtime, Settings], fake: FakeOpenAI
 ) -> None:
     rt, settings = agent_runtime
-    needs_search(rt.store)
     fake.script(reply("Noted."), model=MAIN)
     first = run(rt, settings, 1, text="the albatross migration is on hold")
     fake.script(reply("Let me look."), model=MAIN)
@@ -179,7 +176,6 @@ def test_search_from_a_platform_reaches_only_the_senders_sessions(
     agent_runtime: tuple[Runtime, Settings], fake: FakeOpenAI
 ) -> None:
     rt, settings = agent_runtime
-    needs_search(rt.store)
     fake.script(reply("Noted."), model=MAIN)
     cli_turn = run(rt, settings, 1, text="the albatross from the terminal")
     fake.script(reply("Noted."), model=MAIN)

@@ -16,7 +16,6 @@ from shared.settings import load_settings
 from shared.store import messages
 from shared.store import sessions as session_rows
 from tests.fakes.openai_server import FakeOpenAI, reply, running
-from tests.integration.pg_pending import needs_counters
 from tests.integration.test_agent import AUX, MAIN, model_settings
 from tests.pipeline_helpers import make_runtime, turn
 from workers.agent.auxiliary import heuristic_title
@@ -56,7 +55,6 @@ def session_of(rt: Runtime, chat: str = "c1") -> str:
 def test_a_session_longer_than_the_history_window_is_compressed(
     hermes_env: dict[str, str], fake: FakeOpenAI, store: Store
 ) -> None:
-    needs_counters(store)  # the history cap counts the session's messages
     settings = model_settings(hermes_env, fake)  # 32k tokens: far from the token threshold
     agent = build_agent(settings, store)
     rt, _ = make_runtime(settings, store, agent)
@@ -117,7 +115,6 @@ def test_offline_title_heuristic(text: str, title: str | None) -> None:
 def test_offline_auto_title_waits_for_words_then_falls_back_so_the_sweep_stops(
     hermes_env: dict[str, str], store: Store
 ) -> None:
-    needs_counters(store)  # the sweep looks for sessions with messages
     late = [0.0]
     settings = load_settings(hermes_env)
     rt, waker = make_runtime(settings, store, clock=lambda: time.time() + late[0])
