@@ -173,22 +173,26 @@ def test_chaos_every_turn_exactly_once_in_order(tmp_path: Path, hermes_env: dict
         fleet.stop()
 
 
-def _write_lock_free(store: Store) -> bool:
-    """True if the (just stopped) holder is between transactions: a holder paused inside one
-    would stall others rather than be fenced. SQLite: nobody holds the writers' gate (the
-    flock hermes writers queue on) nor SQLite's write lock. PostgreSQL: no connection has sat
-    idle inside a transaction for longer than a live worker's short writes take."""
+def _write_lock_free(store: Store, pid: int) -> bool:
+    """True if the (just stopped) holder `pid` is between transactions: a holder paused inside
+    one would stall others rather than be fenced. SQLite: nobody holds the writers' gate (the
+    flock hermes writers queue on) nor SQLite's write lock. PostgreSQL: every connection of
+    `pid` is idle — not inside a transaction, and not running a statement (one waiting for a
+    lock when the signal came would take it and hold it, stopped)."""
     if store.path is None:
-        time.sleep(0.3)
+        time.sleep(0.3)  # a statement sent just before the signal finishes on the server
+        ports = _tcp_ports(pid)
+        if not ports:
+            return False
         with store.read() as conn:
-            stuck = conn.execute(
+            busy = conn.execute(
                 text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND state LIKE 'idle in transaction%' "
-                    "AND state_change < now() - interval '200 milliseconds'"
-                )
+                    "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(:ports) "
+                    "AND state <> 'idle'"
+                ),
+                {"ports": sorted(ports)},
             ).scalar_one()
-        return not stuck
+        return not busy
     db = store.path
     gate = os.open(f"{db}-writer.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -207,6 +211,25 @@ def _write_lock_free(store: Store) -> bool:
         return False
     finally:
         conn.close()
+
+
+def _tcp_ports(pid: int) -> set[int]:
+    """The local TCP ports of `pid`'s sockets (its PostgreSQL connections among them)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def _held_in_flight(store: Store, pid: int) -> dict[str, int]:
@@ -266,7 +289,9 @@ def _pause_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> tuple[i
         first_seen = min(first_seen, time.monotonic())
         victim = ours[holders[0]]
         victim.send_signal(signal.SIGSTOP)
-        in_flight = _held_in_flight(store, victim.pid) if _write_lock_free(store) else {}
+        in_flight = (
+            _held_in_flight(store, victim.pid) if _write_lock_free(store, victim.pid) else {}
+        )
         if not in_flight:
             victim.send_signal(signal.SIGCONT)
             time.sleep(0.05)
