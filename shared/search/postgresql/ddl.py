@@ -93,3 +93,12 @@ CREATE_ALL = [
     GRAMS_INDEX,
     UNSEGMENTED_INDEX,
 ]
+
+# Revision 0013's downgrade: the indexes go with the column, then the functions.
+DROP_ALL = [
+    "DROP INDEX IF EXISTS ix_messages_unsegmented",
+    "DROP INDEX IF EXISTS ix_messages_search_grams",
+    "ALTER TABLE messages DROP COLUMN IF EXISTS search_words",
+    "DROP FUNCTION IF EXISTS hermes_search_grams(text)",
+    "DROP FUNCTION IF EXISTS hermes_search_words(text)",
+]

@@ -23,4 +23,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise NotImplementedError("hermes-fleet schemas only move forward; restore a backup instead")
+    if op.get_context().dialect.name != "postgresql":
+        return
+    for statement in postgresql_search_ddl.DROP_ALL:
+        op.execute(statement)
