@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,9 @@ from tests.fakes.telegram_api import FakeTelegram
 pytestmark = pytest.mark.both_databases
 
 # A bound, not a timing: a worker on a loaded machine with its store on PostgreSQL (a round trip
-# per statement) once took longer than a minute to answer five turns.
-REPLIES_WITHIN = 180
+# per statement) once took longer than a minute to answer five turns. Under the tests' 180 s
+# timeout, so a miss fails with the fleet's logs rather than a bare timeout.
+REPLIES_WITHIN = 150
 
 TG_TOKEN = "123456789:AAFakeTokenForTestsE2ESecret"
 TG_SECRET = "webhook-secret-e2e"
@@ -66,6 +67,15 @@ class Fleet:
 
     def logs(self) -> str:
         return "\n".join(proc.output() for proc in self.procs)
+
+    def replies(self, check: Callable[[], object]) -> None:
+        """Wait for the replies `check` looks for; on a miss, fail with the fleet's logs."""
+        try:
+            wait_for(check, timeout=REPLIES_WITHIN)
+        except AssertionError:
+            raise AssertionError(
+                f"no replies within {REPLIES_WITHIN} s; the fleet's logs:\n{self.logs()[-8000:]}"
+            ) from None
 
 
 @pytest.fixture
@@ -110,7 +120,7 @@ def test_telegram_webhook_to_worker_to_bot_api(
             timeout=10,
         )
         assert again.status_code == 200  # a redelivery
-        wait_for(lambda: len(telegram.sent("111111111")) >= 3, timeout=REPLIES_WITHIN)
+        fleet.replies(lambda: len(telegram.sent("111111111")) >= 3)
         time.sleep(1.0)  # nothing more arrives
         logs = fleet.logs()
     texts = [p["text"] for p in telegram.sent("111111111")]
@@ -157,7 +167,7 @@ def test_slack_events_to_worker_to_web_api(fleet_env: dict[str, str], hermes_hom
                     timeout=10,
                 )
                 assert response.status_code == 200
-            wait_for(lambda: len(slack.sent()) >= 5, timeout=REPLIES_WITHIN)
+            fleet.replies(lambda: len(slack.sent()) >= 5)
             time.sleep(1.0)
             logs = fleet.logs()
         sent = slack.sent()
@@ -196,7 +206,7 @@ def test_discord_gateway_to_worker_to_rest(fleet_env: dict[str, str], hermes_hom
                 data = {**dm["dispatch"]["d"], "id": f"134000000000000000{n}", "content": f"dm {n}"}
                 discord.dispatch("MESSAGE_CREATE", data)
             discord.dispatch("MESSAGE_CREATE", guild["dispatch"]["d"])
-            wait_for(lambda: len(discord.sent()) >= 3, timeout=REPLIES_WITHIN)
+            fleet.replies(lambda: len(discord.sent()) >= 3)
             time.sleep(1.0)
             logs = fleet.logs()
         dms = [m["content"] for m in discord.sent("400000000000000001")]
