@@ -30,6 +30,11 @@ class FlushResult:
     retry_in: float | None = None
 
 
+# When a reply's lane is busy: a delivery task looks at it again this much later (cheap when
+# the holder sent it: an empty lane is let go at once).
+BUSY_LOOK_AGAIN_SECONDS = 2.0
+
+
 def lane_lease_name(lane: str) -> str:
     return f"lane:{lane}"
 
@@ -218,10 +223,12 @@ def deliver_now(rt: Runtime, lane: str, opened: Opened | None = None) -> None:
     falls back to a delivery task.
     """
     try:
-        if opened is None:
-            flush(rt, lane)
-        else:
-            send_opened(rt, lane, opened)
+        result = flush(rt, lane) if opened is None else send_opened(rt, lane, opened)
+        if result.reason == "busy":
+            # The holder looks for more and lets go in one write, which on SQLite no reply can
+            # interleave with. On PostgreSQL one committed while that write runs can be missed
+            # (seen in the e2e suite: a reply waited for the redrive sweep), so look again soon.
+            rt.waker.deliver(lane, countdown=BUSY_LOOK_AGAIN_SECONDS)
     except Exception as exc:
         log.warning("inline delivery to %s failed (%s); queued for a delivery worker", lane, exc)
         rt.waker.deliver(lane)
