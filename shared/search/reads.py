@@ -1,0 +1,153 @@
+"""The reads search results are made of — messages around an anchor, bookends, sessions,
+parents, recent sessions — written once for both dialects.
+
+They use the DB-API cursor under the SQLAlchemy connection (same transaction): SQLAlchemy's
+statement machinery costs ~60 µs a query against ~7 µs for these indexed queries themselves,
+and a scroll is a handful of them within a 2 ms budget. So the SQL is plain text with `?`
+marks, turned into the driver's own (`%s` for psycopg) by each backend's `Reads`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection
+
+from shared.model import MessageRecord, SessionRecord
+from shared.store.visibility import Viewer
+
+MESSAGE_COLUMNS = (
+    "id, session_id, role, content, timestamp, tool_calls, tool_call_id, tool_name,"
+    " token_count, platform_message_id"
+)
+SESSION_COLUMNS = (
+    "id, source, started_at, last_active_at, user_id, session_key, chat_id, chat_type,"
+    " thread_id, title, title_source, model, model_config, system_prompt, parent_session_id,"
+    " ended_at, end_reason, message_count, input_tokens, output_tokens"
+)
+
+
+def _messages(rows: Iterable[Sequence[object]]) -> list[MessageRecord]:
+    return [MessageRecord(*row) for row in rows]  # type: ignore[arg-type]
+
+
+class Reads:
+    """One dialect's reads: its driver connection, its visibility clause and its mark."""
+
+    def __init__(
+        self,
+        db_of: Callable[[Connection], Any],
+        visible: Callable[[Viewer | None, str, list[object]], str],
+        mark: str,
+    ) -> None:
+        self._db_of = db_of
+        self._visible = visible
+        self._mark = mark
+
+    def _run(self, conn: Connection, sql: str, params: Sequence[object]) -> Any:
+        if self._mark != "?":
+            sql = sql.replace("?", self._mark)  # no `?` in these queries but the marks
+        return self._db_of(conn).execute(sql, params)
+
+    def marks(self, values: Sequence[object]) -> str:
+        return ", ".join(self._mark for _ in values)
+
+    def message(self, conn: Connection, message_id: int) -> MessageRecord | None:
+        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"
+        found = _messages(self._run(conn, sql, (message_id,)))
+        return found[0] if found else None
+
+    def around(
+        self, conn: Connection, anchor: MessageRecord, size: int, roles: Sequence[str]
+    ) -> list[MessageRecord]:
+        """Up to `size` messages of `roles` each side of the anchor, and the anchor, in order."""
+        base = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND {_roles(roles)}"
+        params = (anchor.session_id, *roles, anchor.id, size)
+        earlier = _messages(self._run(conn, f"{base} AND id < ? ORDER BY id DESC LIMIT ?", params))
+        later = _messages(self._run(conn, f"{base} AND id > ? ORDER BY id LIMIT ?", params))
+        return [*reversed(earlier), anchor, *later]
+
+    def ends(
+        self, conn: Connection, session_id: str, roles: Sequence[str], count: int
+    ) -> tuple[list[MessageRecord], list[MessageRecord]]:
+        """The first and the last `count` messages of `roles` (oldest first in both)."""
+        base = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND {_roles(roles)}"
+        params = (session_id, *roles, count)
+        first = _messages(self._run(conn, f"{base} ORDER BY id LIMIT ?", params))
+        last = _messages(self._run(conn, f"{base} ORDER BY id DESC LIMIT ?", params))
+        return first, list(reversed(last))
+
+    def sessions_by_id(
+        self, conn: Connection, ids: Iterable[str], viewer: Viewer | None = None
+    ) -> dict[str, SessionRecord]:
+        """The sessions of `ids` that `viewer` may see (None: all of them)."""
+        wanted = list(set(ids))
+        if not wanted:
+            return {}
+        params: list[object] = [*wanted]
+        seen = self._visible(viewer, "sessions", params)
+        rows = self._db_of(conn).execute(
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id IN ({self.marks(wanted)}){seen}",
+            params,
+        )
+        return {str(row[0]): SessionRecord(*row) for row in rows}
+
+    def parents(self, conn: Connection, ids: Iterable[str]) -> dict[str, str | None]:
+        wanted = list(set(ids))
+        if not wanted:
+            return {}
+        rows = self._db_of(conn).execute(
+            f"SELECT id, parent_session_id FROM sessions WHERE id IN ({self.marks(wanted)})",
+            wanted,
+        )
+        return {str(row[0]): (None if row[1] is None else str(row[1])) for row in rows}
+
+    def recent_sessions(
+        self,
+        conn: Connection,
+        *,
+        source: str | None,
+        exclude: str | None,
+        limit: int,
+        offset: int,
+        viewer: Viewer | None = None,
+    ) -> list[SessionRecord]:
+        """Sessions by latest activity (ix_sessions_last_active / ix_sessions_source_last_active),
+        of those `viewer` may see."""
+        params: list[object] = []
+        where = "WHERE TRUE" + self._visible(viewer, "sessions", params)
+        if source is not None:
+            where += f" AND source = {self._mark}"
+            params.append(source)
+        if exclude is not None:
+            where += f" AND id != {self._mark}"
+            params.append(exclude)
+        rows = self._db_of(conn).execute(
+            f"SELECT {SESSION_COLUMNS} FROM sessions {where}"
+            f" ORDER BY last_active_at DESC, id DESC LIMIT {self._mark} OFFSET {self._mark}",
+            (*params, limit, offset),
+        )
+        return [SessionRecord(*row) for row in rows]
+
+    def first_text(self, conn: Connection, session_id: str, role: str, chars: int) -> str:
+        sql = (
+            "SELECT substr(content, 1, ?) FROM messages WHERE session_id = ? AND role = ?"
+            " ORDER BY id LIMIT 1"
+        )
+        row = self._run(conn, sql, (chars, session_id, role)).fetchone()
+        return "" if row is None or row[0] is None else str(row[0])
+
+    def count_between(
+        self, conn: Connection, session_id: str, roles: Sequence[str], low: int, high: int
+    ) -> int:
+        sql = (
+            f"SELECT count(*) FROM messages WHERE session_id = ? AND {_roles(roles)}"
+            " AND id > ? AND id < ?"
+        )
+        row = self._run(conn, sql, (session_id, *roles, low, high)).fetchone()
+        return 0 if row is None else int(row[0])
+
+
+def _roles(roles: Sequence[str]) -> str:
+    return f"role IN ({', '.join('?' for _ in roles)})"
