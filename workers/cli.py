@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import copy
-import fcntl
+import functools
 import logging
 import os
 import sys
 import time
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import click
 
@@ -17,9 +16,12 @@ import beat_schedule
 from shared.db import open_store
 from shared.sdks import SENDER, configured_platforms, sdk_problems
 from shared.settings import Settings, load_settings
+from shared.store.fleet import fleet_id
 from shared.tasknames import ALL_QUEUES
 from workers.app import create_app
+from workers.beat_lock import FleetScheduler
 from workers.metrics import WorkerMetrics, multiprocess_dir, process_exited, serve
+from workers.runtime import broker_redis
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -176,32 +178,33 @@ def _metrics(settings: Settings, port: int, pool: str, hostname: str | None) -> 
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
 @click.pass_context
 def beat(ctx: click.Context, loglevel: str) -> None:
-    """Run Celery beat: the redrive sweep and the other schedules (run exactly one)."""
+    """Run Celery beat: the redrive sweep and the other schedules. Run one or more: one
+    schedules at a time (a lock in the broker's Redis), the others stand by."""
     settings = _settings(ctx)
     settings.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    lock = _single_beat_lock(settings.run_dir / "beat.lock")
+    client = broker_redis(settings)
+    if client is None:
+        raise click.UsageError(
+            f"hermes beat needs a Redis broker for its fleet-wide lock; "
+            f"{settings.resolved_broker_url.split('://')[0]}:// is not one"
+        )
+    store = open_store(settings.resolved_database_url)
+    try:
+        fleet = fleet_id(store)
+    finally:
+        store.close()
     app = create_app(settings)
     app.conf.beat_schedule = beat_config(settings)
     try:
         app.Beat(
             loglevel=loglevel,
             quiet=_quiet(loglevel),
+            scheduler=functools.partial(FleetScheduler, redis_client=client, fleet=fleet),
             schedule=str(settings.run_dir / "celerybeat-schedule"),
             pidfile=None,
         ).run()
     finally:
-        lock.close()
-
-
-def _single_beat_lock(path: Path) -> IO[str]:
-    handle = path.open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        click.echo(f"another hermes beat is running on this HERMES_HOME ({path})", err=True)
-        sys.exit(1)
-    return handle
+        client.close()
 
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}

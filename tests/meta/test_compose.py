@@ -63,9 +63,9 @@ def test_redis_is_durable_and_never_evicts() -> None:
     assert "--maxmemory-policy noeviction" in command
 
 
-def test_exactly_one_beat_and_workers_scale() -> None:
+def test_a_standby_beat_and_workers_scale() -> None:
     services = _compose()["services"]
-    assert services["beat"]["deploy"]["replicas"] == 1
+    assert services["beat"]["deploy"]["replicas"] == 2  # one schedules, one stands by
     assert services["worker"]["deploy"]["replicas"] >= 1
 
 

@@ -1,0 +1,20 @@
+"""The fleet's identity: a random id the database holds, made by the first process that asks.
+
+Every host of a fleet reaches the same database (whatever address it uses for it), so the id
+names the fleet itself: the beat lock is scoped by it, and two fleets sharing one Redis never
+take each other's lock.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from shared.db import Store
+from shared.db.meta import meta_once
+
+FLEET_KEY = "fleet_id"
+
+
+def fleet_id(store: Store) -> str:
+    with store.write() as conn:
+        return meta_once(conn, FLEET_KEY, uuid.uuid4().hex)
