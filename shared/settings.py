@@ -305,7 +305,7 @@ def config_path(home: Path) -> Path:
     return home / "config.yaml"
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_config(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -356,7 +356,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     home = Path(env.get(ENV_PREFIX + "HOME") or "~/.hermes").expanduser()
     path = config_path(home)
-    yaml_values = _read_yaml(path)
+    yaml_values = read_config(path)
     token = _SOURCES.set((env, yaml_values))
     try:
         return Settings(home=home)

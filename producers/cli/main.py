@@ -22,6 +22,7 @@ LAZY_COMMANDS = {
     "cron": "producers.cli.cron:cron_group",
     "db": "producers.cli.db:db",
     "insights": "producers.cli.insights:insights",
+    "config": "producers.cli.config:config_group",
 }
 
 
