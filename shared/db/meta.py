@@ -23,7 +23,7 @@ def meta_once(conn: Connection, key: str, value: str) -> str:
     first writer wins on both databases; every other one reads the winner's value)."""
     # Imported here: importing shared.db.conflict when this module loads stalled the chaos
     # test (its reader never saw a lease); not understood yet — see the closing note.
-    from shared.db.conflict import InsertOrSkip  # noqa: PLC0415
+    from shared.db.conflict import InsertOrSkip
 
     first = InsertOrSkip(state_meta, ("key", "value"), keys=("key",))
     first.rowcount(conn, {"key": key, "value": value})
