@@ -273,11 +273,12 @@ OPERATIONS = st.lists(
 
 
 _run = iter(range(10**9))
+_made = iter(range(10**9))  # session ids never reused: a deleted one's name stays taken
 
 
 def apply(conn: Connection, op: str, a: int, b: int, live: list[str], run: int) -> None:
     if op == "create" or not live:
-        sid = f"r{run}_{len(live)}_{a}"
+        sid = f"r{run}_{next(_made)}_{a}"
         new(conn, sid, source=SOURCES[a % 3])
         live.append(sid)
         return
