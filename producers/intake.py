@@ -17,8 +17,9 @@ from typing import Protocol, runtime_checkable
 from shared.commands import Command, parse_command
 from shared.db import Connection, Store
 from shared.pipeline import inbox, routes
+from shared.platforms import DM
 from shared.ports import Clock, Waker
-from shared.session_key import SessionKey, derive_session_key
+from shared.session_key import SessionKey, derive_session_key, room_key
 from shared.settings import Settings
 from shared.turns import InboundTurn, storable_turn, validate_turn
 
@@ -81,10 +82,29 @@ def checked(turn: InboundTurn, settings: Settings) -> Checked:
 def record(conn: Connection, item: Checked, now: float) -> inbox.Recorded:
     """Record one checked turn (a redelivered event is a no-op), claiming its wake-up."""
     kind = "command" if item.command else "message"
-    recorded = inbox.record_turn(conn, item.turn, item.key, now=now, kind=kind, claim_wake=True)
+    key = in_shared_room(conn, item)
+    recorded = inbox.record_turn(conn, item.turn, key, now=now, kind=kind, claim_wake=True)
     if not recorded.duplicate and item.command is not None and item.command.name == "stop":
-        routes.request_stop(conn, item.key.key, now)
+        routes.request_stop(conn, key.key, now)
     return recorded
+
+
+def in_shared_room(conn: Connection, item: Checked) -> SessionKey:
+    """The turn's key, or its room's key while a handoff has shared that room.
+
+    A handoff to a group home channel where no thread could be opened binds the room's key
+    (the group's key without a user: `...:<chat_id>`) to the handed-off session and marks the
+    route shared (workers/handoff.py). While that route holds its session, every per-user key
+    of the room gives way to it, so anyone authorised in the room continues the session, as in
+    a thread; once the session ends there (/new, a reset) the room is per user again. Keys of
+    DMs, threads and rooms already shared are left as they are."""
+    turn, key = item.turn, item.key
+    if key.shared or turn.chat_type == DM or not turn.user_id:
+        return key
+    room = room_key(key.key, turn.user_id)
+    if room is not None and routes.shared_room(conn, room):
+        return SessionKey(room, shared=True)
+    return key
 
 
 def wake_up_for(recorded: inbox.Recorded) -> WakeUp | None:
@@ -114,7 +134,7 @@ def accept(
     woken = wake is None or waker.drain(wake.session_key)
     if not woken and wake is not None:
         forget(store, [wake])
-    return Accepted(recorded.turn_id, item.key.key, recorded.seq, recorded.duplicate, woken)
+    return Accepted(recorded.turn_id, recorded.session_key, recorded.seq, recorded.duplicate, woken)
 
 
 def record_all(

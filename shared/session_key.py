@@ -3,7 +3,9 @@
 `agent:<profile>:<platform>:<chat_type>[:<scope>]:<chat_id>[:<thread_id>][:<user_id>]`, with
 `agent:main` for the default profile. DMs: one session per chat. Groups and channels: one per
 user when `group_sessions_per_user` (default), one per room otherwise or when the platform gives
-no participant id. Threads are shared by all their participants.
+no participant id. Threads are shared by all their participants. A group home channel that a
+`/handoff` could not open a thread in is shared like a thread while the handed-off session
+lives there (producers/intake.py `in_shared_room`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from shared.turns import InboundTurn
 DEFAULT_PROFILE = "main"
 
 
-def _part(value: str) -> str:
+def key_part(value: str) -> str:
     # Keys are joined by ':'; escape it (and '%') so ids that contain ':' stay unambiguous.
     return value.replace("%", "%25").replace(":", "%3A")
 
@@ -35,13 +37,13 @@ def derive_session_key(
     shared_rooms: frozenset[str] = frozenset(),
 ) -> SessionKey:
     """The key of the conversation `turn` belongs to, and whether it is a shared room."""
-    parts = ["agent", _part(profile), _part(turn.platform), _part(turn.chat_type)]
+    parts = ["agent", key_part(profile), key_part(turn.platform), key_part(turn.chat_type)]
     if turn.scope:
-        parts.append(_part(turn.scope))
-    parts.append(_part(turn.chat_id))
+        parts.append(key_part(turn.scope))
+    parts.append(key_part(turn.chat_id))
     in_thread = bool(turn.thread_id) or turn.chat_type == THREAD
     if turn.thread_id:
-        parts.append(_part(turn.thread_id))
+        parts.append(key_part(turn.thread_id))
     per_user = (
         turn.chat_type != DM
         and not in_thread
@@ -50,5 +52,14 @@ def derive_session_key(
         and bool(turn.user_id)
     )
     if per_user and turn.user_id:
-        parts.append(_part(turn.user_id))
+        parts.append(key_part(turn.user_id))
     return SessionKey(":".join(parts), shared=turn.chat_type != DM and not per_user)
+
+
+def room_key(key: str, user_id: str | None) -> str | None:
+    """The room's key of a group's per-user key (`...:<chat_id>:<user_id>` → `...:<chat_id>`);
+    None when `key` is not `user_id`'s per-user key."""
+    if not user_id:
+        return None
+    room = key.removesuffix(":" + key_part(user_id))
+    return room if room != key else None

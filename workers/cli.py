@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 import beat_schedule
-from shared.db import open_store
+from shared.db import OperationalError, StoreError, open_store
 from shared.sdks import SENDER, configured_platforms, sdk_problems
 from shared.settings import Settings, load_settings
 from shared.store.fleet import fleet_id
@@ -22,6 +22,8 @@ from workers.app import create_app
 from workers.beat_lock import FleetScheduler
 from workers.metrics import WorkerMetrics, multiprocess_dir, process_exited, serve
 from workers.runtime import broker_redis
+
+log = logging.getLogger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -103,6 +105,7 @@ def worker(
     port = metrics_port or settings.workers.metrics_port
     metrics = _metrics(settings, port, pool, hostname) if port else None
     app = create_app(settings, metrics)
+    _fail_orphaned_handoffs(settings)
     argv = [
         *(["--quiet"] if _quiet(loglevel) else []),
         "worker",
@@ -120,6 +123,21 @@ def worker(
         "--without-mingle",
     ]
     app.worker_main(argv)
+
+
+def _fail_orphaned_handoffs(settings: Settings) -> None:
+    """Before taking tasks: handoffs a dead worker of this host left running are failed now,
+    not redone (a second delivery) nor left for the sweep's STALE_SECONDS."""
+    from workers.handoff import fail_orphans
+
+    try:
+        store = open_store(settings.resolved_database_url)
+        try:
+            fail_orphans(store, time.time)
+        finally:
+            store.close()
+    except (StoreError, OperationalError) as exc:  # the redrive sweep still fails them later
+        log.warning("could not look for handoffs a lost worker left running: %s", exc)
 
 
 def _quiet(loglevel: str) -> bool:

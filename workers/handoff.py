@@ -11,10 +11,17 @@ answered through the ordinary pipeline. The handoff is then completed.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from dataclasses import dataclass, replace
 
+import psutil
+
+from shared.db import Store
 from shared.pipeline import inbox, outbox, routes
-from shared.session_key import SessionKey
+from shared.platforms import DM
+from shared.ports import Clock
+from shared.session_key import SessionKey, key_part, room_key
 from shared.store import chats, handoffs
 from shared.store import sessions as session_rows
 from shared.turns import InboundTurn
@@ -30,6 +37,7 @@ SUMMARY_PROMPT = (
     "[This conversation was just handed off from the terminal to {platform}. "
     "Acknowledge the handoff in one line, then summarise briefly where things stand.]"
 )
+RUNNING = handoffs.RUNNING
 STALE_SECONDS = 300.0  # a handoff takes seconds; one running this long lost its worker
 RESTARTED = "the gateway worker restarted while the handoff ran; run /handoff again"
 
@@ -46,7 +54,7 @@ def run_handoff(rt: Runtime, handoff_id: int) -> HandoffResult:
         found = handoffs.get(conn, handoff_id)
         if found is None:
             return HandoffResult("missing")  # not committed yet: the task tries again
-        if not handoffs.claim(conn, handoff_id, now):
+        if not handoffs.claim(conn, handoff_id, now, claimer()):
             return HandoffResult("skipped")  # another worker has it, or it is over
     try:
         error = _deliver(rt, found)
@@ -96,36 +104,61 @@ def _deliver(rt: Runtime, request: handoffs.Handoff) -> str | None:
             if sent is not None and sent.status == outbox.PENDING:
                 outbox.mark_failed(conn, row.id, reason, rt.clock())  # never sent later
         return f"{platform} refused the message: {reason}"
-    place = routes.Place(home.platform, home.chat_id, home.chat_type, home.thread_id, home.user_id)
+    bound = _bind(rt, request, home, key)
+    # Answer the summary turn here, so its reply is delivered before the terminal lets go; a
+    # drain already holding the key (someone wrote there meanwhile) answers it instead.
+    if drain(rt, bound.key).reason == "busy":
+        rt.waker.drain(bound.key)
+        return None
+    with rt.store.read() as conn:
+        turn = inbox.get_turn(conn, bound.turn_id)
+        replies = outbox.for_turn(conn, bound.turn_id)
+    unsent = [r for r in replies if r.status == outbox.FAILED]
+    if unsent:  # give the key back, so the terminal's retry starts from where it was
+        with rt.store.write() as conn:
+            routes.unbind_route(conn, bound.key, request.session_id, bound.previous, rt.clock())
+        return f"{platform} refused the summary: {unsent[0].error or 'unknown error'}"
+    if turn is not None and turn.status in (inbox.FAILED, inbox.DEAD):
+        log.warning("handoff %s: the summary turn failed: %s", request.id, turn.error)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    key: str
+    previous: str | None  # the session the key pointed at before
+    turn_id: int  # the synthetic summary turn
+
+
+def _bind(rt: Runtime, request: handoffs.Handoff, home: chats.HomeChannel, key: str) -> _Bound:
+    """Bind the target key to the session and record the summary turn there.
+
+    In a group channel without a thread (none could be opened), the target is the room's key
+    rather than the /sethome user's, marked shared: then everyone authorised in the room
+    continues the session, as in a thread (producers/intake.py `in_shared_room`)."""
+    room = room_key(key, home.user_id) if home.chat_type != DM and not home.thread_id else None
+    target = room or key
+    user_id = None if room else home.user_id
+    place = routes.Place(home.platform, home.chat_id, home.chat_type, home.thread_id, user_id)
     probe = InboundTurn(
         platform=home.platform,
         chat_id=home.chat_id,
         chat_type=home.chat_type,
         event_id=f"handoff:{request.id}",
-        text=SUMMARY_PROMPT.format(platform=platform),
+        text=SUMMARY_PROMPT.format(platform=request.platform),
         user_id=home.user_id,
         thread_id=home.thread_id,
     )
     with rt.store.write() as conn:
         now = rt.clock()
-        routes.bind_route(conn, key, request.session_id, place, now)
-        handoffs.set_target(conn, request.id, home.chat_id, home.thread_id, key)
-        shared = home.chat_type != "dm" and not key.endswith(f":{home.user_id}")
-        summary = inbox.record_turn(conn, probe, SessionKey(key, shared=shared), now=now)
-    # Answer the summary turn here, so its reply is delivered before the terminal lets go; a
-    # drain already holding the key (someone wrote there meanwhile) answers it instead.
-    if drain(rt, key).reason == "busy":
-        rt.waker.drain(key)
-        return None
-    with rt.store.read() as conn:
-        turn = inbox.get_turn(conn, summary.turn_id)
-        replies = outbox.for_turn(conn, summary.turn_id)
-    unsent = [r for r in replies if r.status == outbox.FAILED]
-    if unsent:  # the session is bound there already: say so with the platform's reason
-        return f"{platform} refused the summary: {unsent[0].error or 'unknown error'}"
-    if turn is not None and turn.status in (inbox.FAILED, inbox.DEAD):
-        log.warning("handoff %s: the summary turn failed: %s", request.id, turn.error)
-    return None
+        previous = routes.route_session_id(conn, target)
+        routes.bind_route(conn, target, request.session_id, place, now)
+        if room is not None:
+            routes.share_room(conn, room, request.id)
+        handoffs.set_target(conn, request.id, home.chat_id, home.thread_id, target)
+        shared = home.chat_type != DM and not target.endswith(f":{key_part(home.user_id or '')}")
+        summary = inbox.record_turn(conn, probe, SessionKey(target, shared=shared), now=now)
+    return _Bound(target, previous, summary.turn_id)
 
 
 def _in_thread(rt: Runtime, home: chats.HomeChannel, title: str) -> chats.HomeChannel:
@@ -150,15 +183,42 @@ def _thread_key(home_key: str | None, chat_id: str, thread_id: str) -> str | Non
     if home_key is None:
         return None
     parts = home_key.split(":")
-    chat = _key_part(chat_id)
+    chat = key_part(chat_id)
     for index in range(4, len(parts)):
         if parts[index] == chat:
-            return ":".join([*parts[: index + 1], _key_part(thread_id)])
+            return ":".join([*parts[: index + 1], key_part(thread_id)])
     return None
 
 
-def _key_part(value: str) -> str:
-    return value.replace("%", "%25").replace(":", "%3A")  # as shared.session_key escapes ids
+def claimer(pid: int | None = None) -> str:
+    """Who claims a handoff: `<host>:<pid>:<process start time>`. The start time tells a
+    process from a later one that got the same pid (a restarted container's worker)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{psutil.Process(pid).create_time():.2f}"
+
+
+def _alive(claimed_by: str) -> bool:
+    _host, pid, _started = claimed_by.rsplit(":", 2)
+    try:
+        return claimer(int(pid)) == claimed_by
+    except (psutil.Error, ValueError):  # gone, or not ours to look at: a zombie is gone too
+        return False
+
+
+def fail_orphans(store: Store, clock: Clock) -> int:
+    """At a worker's start: fail the handoffs left running by a process of this host that is
+    gone (killed, or restarted mid-way), rather than risk a second delivery. A live process's
+    claims, and other hosts', are left alone; another host's lost claim is failed by the
+    redrive sweep once it is STALE_SECONDS old."""
+    host = socket.gethostname()
+    with store.read() as conn:
+        claims = handoffs.running_claims(conn, host)
+    lost = [handoff_id for handoff_id, claimed_by in claims if not _alive(claimed_by)]
+    with store.write() as conn:
+        failed = [h for h in lost if handoffs.fail(conn, h, RESTARTED, clock(), only=RUNNING)]
+    if failed:
+        log.warning("failed %d handoffs a lost worker of this host left running", len(failed))
+    return len(failed)
 
 
 def sweep(rt: Runtime) -> tuple[list[int], int]:

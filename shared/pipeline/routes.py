@@ -270,7 +270,9 @@ def detach(conn: Connection, key: str, now: float, *, pending_title: str | None 
     conn.execute(
         update(routes)
         .where(routes.c.session_key == key)
-        .values(session_id=None, pending_title=pending_title, updated_at=now)
+        .values(
+            session_id=None, pending_title=pending_title, shared_by_handoff=None, updated_at=now
+        )
     )
 
 
@@ -280,7 +282,7 @@ def detach_session(conn: Connection, key: str, session_id: str, now: float) -> N
         update(routes)
         .where(routes.c.session_key == key)
         .where(routes.c.session_id == session_id)
-        .values(session_id=None, updated_at=now)
+        .values(session_id=None, shared_by_handoff=None, updated_at=now)
     )
 
 
@@ -300,6 +302,40 @@ def bind_route(conn: Connection, key: str, session_id: str, place: Place, now: f
     if _insert_bound(conn, key, session_id, place, now):
         return
     _bind(conn, key, session_id, now)  # a first arrival made the row meanwhile
+
+
+def share_room(conn: Connection, key: str, handoff_id: int) -> None:
+    """Make the room key `key` (a group's key without a user) the key of every turn in that
+    room, for as long as the route holds its session (see `shared_room`)."""
+    conn.execute(
+        update(routes).where(routes.c.session_key == key).values(shared_by_handoff=handoff_id)
+    )
+
+
+def shared_room(conn: Connection, key: str) -> bool:
+    """Did a handoff share the room key `key` with the whole room, and does its route still
+    hold a session? A continuation (compression) keeps it shared; /new, a reset or the
+    session's end (detach) gives the room back to per-user keys."""
+    found = conn.execute(
+        select(routes.c.session_key).where(
+            routes.c.session_key == key,
+            routes.c.shared_by_handoff.is_not(None),
+            routes.c.session_id.is_not(None),
+        )
+    ).first()
+    return found is not None
+
+
+def unbind_route(
+    conn: Connection, key: str, session_id: str, previous: str | None, now: float
+) -> None:
+    """Undo `bind_route` of `session_id` (a handoff that failed after binding): the route goes
+    back to `previous`, and is no longer shared; nothing changes if it moved on since."""
+    conn.execute(
+        update(routes)
+        .where(routes.c.session_key == key, routes.c.session_id == session_id)
+        .values(session_id=previous, shared_by_handoff=None, updated_at=now)
+    )
 
 
 def _bind(conn: Connection, key: str, session_id: str, now: float) -> bool:

@@ -93,8 +93,9 @@ def open_for(conn: Connection, session_id: str) -> Handoff | None:
     return _row(found) if found is not None else None
 
 
-def claim(conn: Connection, handoff_id: int, now: float) -> bool:
-    """pending → running for exactly one caller, and only before the deadline."""
+def claim(conn: Connection, handoff_id: int, now: float, claimer: str | None = None) -> bool:
+    """pending → running for exactly one caller, and only before the deadline. `claimer`
+    (`<host>:<pid>`) lets that host's next worker fail it if the process dies mid-way."""
     result = conn.execute(
         update(handoffs)
         .where(
@@ -102,7 +103,7 @@ def claim(conn: Connection, handoff_id: int, now: float) -> bool:
             handoffs.c.status == PENDING,
             handoffs.c.deadline > now,
         )
-        .values(status=RUNNING, claimed_at=now)
+        .values(status=RUNNING, claimed_at=now, claimed_by=claimer)
     )
     return result.rowcount == 1
 
@@ -158,6 +159,16 @@ def fail_stale(conn: Connection, error: str, now: float, claimed_before: float) 
         .values(status=FAILED, finished_at=now, error=error)
     )
     return int(result.rowcount)
+
+
+def running_claims(conn: Connection, host: str) -> list[tuple[int, str]]:
+    """Running requests claimed by processes of `host`: (id, claimer)."""
+    rows = conn.execute(
+        select(handoffs.c.id, handoffs.c.claimed_by).where(
+            handoffs.c.status == RUNNING, handoffs.c.claimed_by.startswith(host + ":")
+        )
+    )
+    return [(int(found.id), str(found.claimed_by)) for found in rows]
 
 
 def reply_in_progress(conn: Connection, session_id: str, except_turn: int) -> bool:

@@ -16,6 +16,7 @@ from shared.db.schema import routes
 from shared.pipeline import inbox, outbox
 from shared.settings import Settings, load_settings
 from shared.store import chats, handoffs
+from shared.turns import InboundTurn
 from tests.fakes.delivery import delivery_runtime
 from tests.fakes.stack import redis_db_url
 from tests.fakes.telegram_api import FakeTelegram
@@ -25,10 +26,13 @@ from workers.handoff import run_handoff
 from workers.redrive import redrive
 from workers.runtime import Runtime
 
+pytestmark = pytest.mark.both_databases
+
 TOKEN = "123456789:AAFakeTokenForTestsSecretPart"
 HOME = chats.HomeChannel(
     "telegram", "-100777", "group", None, "42", "agent:main:telegram:group:-100777:42"
 )
+ROOM = "agent:main:telegram:group:-100777"  # the home channel's key shared by the whole room
 CLI = {"platform": "cli", "chat_type": "dm", "user_id": "local"}
 
 
@@ -84,7 +88,13 @@ def _bound(rt: Runtime, key: str) -> str | None:
         return found.scalar()
 
 
-def test_handoff_completes_once_and_the_thread_continues_the_session(
+def _group_turn(n: int, user_id: str, text: str) -> InboundTurn:
+    return turn(
+        n, "-100777", text=text, platform="telegram", chat_type="group", user_id=user_id
+    )  # fmt: skip
+
+
+def test_handoff_completes_once_and_the_group_continues_the_session(
     tg: Settings, tg_store: Store, fake: FakeTelegram
 ) -> None:
     with tg_store.write() as conn:
@@ -102,17 +112,38 @@ def test_handoff_completes_once_and_the_thread_continues_the_session(
         assert run_handoff(rt, handoff_id).outcome == "completed"
         assert run_handoff(rt, handoff_id).outcome == "skipped"
         ended = await_handoff(tg_store, session_id, time.time)
-    assert ended is not None and ended.completed
-    assert ended.lines == [
-        "↻ Handoff complete. The session is now active on telegram.",
-        "Resume it on this terminal later with: /resume Plan my trip to Lisbon",
-    ]
-    assert fake.methods().count("createForumTopic") == 1  # not a forum: the channel itself
-    assert all("message_thread_id" not in m for m in fake.sent("-100777"))
-    texts = [m["text"] for m in fake.sent("-100777")]
-    assert texts[0].startswith("↻ Continuing session ")
-    assert "handed off from the terminal to telegram" in texts[1]  # the summary, delivered
-    assert _bound(rt, HOME.session_key or "") == session_id
+        assert ended is not None and ended.completed
+        assert ended.lines == [
+            "↻ Handoff complete. The session is now active on telegram.",
+            "Resume it on this terminal later with: /resume Plan my trip to Lisbon",
+        ]
+        assert fake.methods().count("createForumTopic") == 1  # not a forum: the channel itself
+        assert all("message_thread_id" not in m for m in fake.sent("-100777"))
+        texts = [m["text"] for m in fake.sent("-100777")]
+        assert texts[0].startswith("↻ Continuing session ")
+        assert "handed off from the terminal to telegram" in texts[1]  # the summary, delivered
+        # No thread: the room's key (no user in it) holds the session, for everyone there.
+        assert _bound(rt, ROOM) == session_id and _bound(rt, HOME.session_key or "") is None
+        answered = []
+        for n, user in ((7, "99"), (8, "42")):  # a second user, then the one who ran /sethome
+            accepted = accept(
+                tg_store, rt.waker, _group_turn(n, user, "and the hotel?"), settings=tg,
+                clock=time.time,
+            )  # fmt: skip
+            assert accepted.session_key == ROOM
+            drain(rt, accepted.session_key)
+            with tg_store.read() as conn:
+                answered.append(inbox.get_turn(conn, accepted.turn_id))
+        assert [t.session_id if t else None for t in answered] == [session_id, session_id]
+        # /new ends the handed-off session there: the room is per user again
+        assert accept(
+            tg_store, rt.waker, _group_turn(9, "99", "/new"), settings=tg, clock=time.time
+        ).session_key == ROOM  # fmt: skip
+        drain(rt, ROOM)
+        after = accept(
+            tg_store, rt.waker, _group_turn(10, "99", "hi"), settings=tg, clock=time.time
+        )
+        assert after.session_key == "agent:main:telegram:group:-100777:99"
 
 
 def test_a_refused_send_fails_the_handoff_with_the_platforms_reason(

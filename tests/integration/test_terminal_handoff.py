@@ -15,6 +15,8 @@ from shared.store import chats
 from tests.fakes.telegram_api import FakeTelegram
 from tests.integration.terminal_kit import Terminal, start, term_env, terminals
 
+pytestmark = pytest.mark.both_databases
+
 __all__ = ["term_env", "terminals"]  # fixtures
 
 TOKEN = "123456789:AAFakeTokenForTestsSecretPart"
