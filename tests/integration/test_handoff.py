@@ -172,6 +172,35 @@ def test_a_refused_send_fails_the_handoff_with_the_platforms_reason(
     assert unsent == []  # the refused note is failed, never sent later
 
 
+def test_a_refused_summary_fails_the_handoff_and_gives_the_key_back(
+    tg: Settings, tg_store: Store, fake: FakeTelegram
+) -> None:
+    with tg_store.write() as conn:
+        chats.set_home_channel(conn, HOME)
+    fake.script("sendMessage", "ok", "403")  # the note goes out, the summary is refused
+    with delivery_runtime(tg, tg_store) as (rt, waker):
+        _say(rt, 1, "plan my trip")
+        session_id = _session(rt)
+        _say(rt, 2, "/handoff telegram")
+        result = run_handoff(rt, waker.handoffs[0][0])
+        assert result.outcome == "failed"
+        assert (result.error or "").startswith("telegram refused the summary: ")
+        assert "Forbidden" in (result.error or "")
+        ended = await_handoff(tg_store, session_id, time.time)
+        assert ended is not None and not ended.completed
+        assert ended.lines[0].startswith("Handoff to telegram failed: telegram refused the summary")
+        # the room's key is given back: the group is per user again, nothing points there
+        assert _bound(rt, ROOM) is None
+        other = accept(
+            tg_store, rt.waker, _group_turn(7, "99", "hello"), settings=tg, clock=time.time
+        )
+        assert other.session_key == "agent:main:telegram:group:-100777:99"
+        # and a retry starts clean and completes
+        assert _say(rt, 3, "/handoff telegram")[0].startswith("Handing off to telegram")
+        assert run_handoff(rt, waker.handoffs[-1][0]).outcome == "completed"
+        assert _bound(rt, ROOM) == session_id
+
+
 def test_no_pickup_fails_the_request_after_the_timeout_so_it_cannot_fire_later(
     tg: Settings, tg_store: Store, fake: FakeTelegram
 ) -> None:
