@@ -200,8 +200,9 @@ def claimer(pid: int | None = None) -> str:
 def _alive(claimed_by: str) -> bool:
     _host, pid, _started = claimed_by.rsplit(":", 2)
     try:
-        return claimer(int(pid)) == claimed_by
-    except (psutil.Error, ValueError):  # gone, or not ours to look at: a zombie is gone too
+        process = psutil.Process(int(pid))
+        return process.status() != psutil.STATUS_ZOMBIE and claimer(process.pid) == claimed_by
+    except (psutil.Error, ValueError):  # gone (or a claim we cannot read)
         return False
 
 

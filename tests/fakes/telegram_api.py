@@ -1,7 +1,7 @@
 """A fake Telegram Bot API: `/bot<token>/<method>`, recording calls, scriptable per method.
 
-Script answers with `fake.script("sendMessage", "429:2", "403", "drop", "migrate:-1009")`:
-each call of that method takes the next one ("ok" when the script is empty). Chats in
+Script answers with `fake.script("sendMessage", "429:2", "403", "drop", "migrate:-1009",
+"hang:20")` (answer ok after 20 s): each call of that method takes the next one ("ok" when the script is empty). Chats in
 `fake.blocked` always answer 403 (the user blocked the bot). getUpdates serves `fake.updates`
 with long polling; confirmed updates (below the offset) are forgotten, as Telegram does.
 """
@@ -103,6 +103,9 @@ class FakeTelegram:
             answer = self.scripts[method].popleft() if self.scripts[method] else "ok"
         if method == "getUpdates":
             return await self._get_updates(params)
+        if answer.startswith("hang:"):  # a call that is slow to answer (then answers ok)
+            await asyncio.sleep(float(answer.split(":", 1)[1]))
+            answer = "ok"
         return self._answer(method, params, answer)
 
     def _answer(self, method: str, params: dict[str, Any], answer: str) -> Response:
