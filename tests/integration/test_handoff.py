@@ -284,6 +284,55 @@ def test_a_forum_home_gets_a_topic_that_anyone_in_it_continues(
     assert answered is not None and answered.session_id == session_id
 
 
+def test_a_private_chat_with_topics_on_gets_a_topic_of_its_own(
+    tg: Settings, tg_store: Store, fake: FakeTelegram
+) -> None:
+    dm = chats.HomeChannel("telegram", "555", "dm", None, "555", "agent:main:telegram:dm:555")
+    with tg_store.write() as conn:
+        chats.set_home_channel(conn, dm)
+    fake.forums.add("555")  # the bot has topics enabled in private chats
+    with delivery_runtime(tg, tg_store) as (rt, waker):
+        _say(rt, 1, "plan my trip to Lisbon")
+        session_id = _session(rt)
+        _say(rt, 2, "/handoff telegram")
+        assert run_handoff(rt, waker.handoffs[0][0]).outcome == "completed"
+        sent = fake.sent("555")
+        topic = sent[0]["message_thread_id"]
+        assert [m["message_thread_id"] for m in sent] == [topic, topic]
+        assert "handed off from the terminal to telegram" in sent[1]["text"]
+        assert _bound(rt, f"agent:main:telegram:dm:555:{topic}") == session_id
+        assert _bound(rt, "agent:main:telegram:dm:555") is None  # the chat itself is untouched
+
+
+def test_a_disabled_or_unconfigured_platform_is_refused_at_once(
+    hermes_env: dict[str, str], redis_url: str
+) -> None:
+    disabled = load_settings(
+        {
+            **hermes_env,
+            "HERMES_BROKER_URL": redis_db_url(redis_url),
+            "HERMES_PLATFORMS__TELEGRAM__TOKEN": TOKEN,
+            "HERMES_PLATFORMS__TELEGRAM__ENABLED": "false",
+        }
+    )
+    store = open_store(disabled.resolved_database_url)
+    try:
+        with store.write() as conn:
+            chats.set_home_channel(conn, HOME)
+        with delivery_runtime(disabled, store) as (rt, waker):
+            _say(rt, 1, "plan my trip")
+            assert _say(rt, 2, "/handoff telegram") == [
+                "telegram is disabled on this fleet (platforms.telegram.enabled: false)."
+            ]
+            assert _say(rt, 3, "/handoff slack") == [
+                "slack is not configured on this fleet (no token)."
+            ]
+            assert _say(rt, 4, "/handoff myspace")[0].startswith("Unknown platform 'myspace'.")
+            assert waker.handoffs == []
+    finally:
+        store.close()
+
+
 def test_redrive_rewakes_pending_requests_and_fails_ones_left_running(
     tg: Settings, tg_store: Store
 ) -> None:
