@@ -57,6 +57,7 @@ def test_handoff_telegram_completes_and_the_terminal_exits(
     assert chat.child.exitstatus == 0, chat.text()
     transcript = chat.text()
     assert "saved." not in transcript  # it left without ending the session
+    print("$ hermes")
     print(transcript)
 
     texts = [m["text"] for m in fake.sent("-100777")]
@@ -65,5 +66,7 @@ def test_handoff_telegram_completes_and_the_terminal_exits(
 
     back = start(terminals, env, "-r", ref).ready()
     recap = back.leave()
+    print(f"$ hermes -r {ref!r}")
+    print(recap)
     assert "Let us plan a trip to Lisbon in May" in recap
     assert "handed off from the terminal to telegram" in recap  # the platform's turn and reply
