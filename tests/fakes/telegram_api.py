@@ -1,9 +1,10 @@
 """A fake Telegram Bot API: `/bot<token>/<method>`, recording calls, scriptable per method.
 
 Script answers with `fake.script("sendMessage", "429:2", "403", "drop", "migrate:-1009",
-"hang:20")` (answer ok after 20 s): each call of that method takes the next one ("ok" when the script is empty). Chats in
-`fake.blocked` always answer 403 (the user blocked the bot). getUpdates serves `fake.updates`
-with long polling; confirmed updates (below the offset) are forgotten, as Telegram does.
+"hang:20")` ("hang:20": ok after 20 s): each call of that method takes the next one ("ok" when
+the script is empty). Chats in `fake.blocked` always answer 403 (the user blocked the bot).
+getUpdates serves `fake.updates` with long polling; confirmed updates (below the offset) are
+forgotten, as Telegram does.
 """
 
 from __future__ import annotations
