@@ -127,7 +127,7 @@ routes = Table(
     Column("wake_sent_at", Float),
     Column("wake_seq", Integer),
     # The handoff that made this room key shared by everyone in the room, while the route
-    # holds a session (revision 0017; see shared/pipeline/routes.py `shared_room`).
+    # holds a session (revision 0015; see shared/pipeline/routes.py `shared_room`).
     Column("shared_by_handoff", Integer),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
@@ -273,7 +273,7 @@ handoffs = Table(
     Column("requested_at", Float, nullable=False),
     Column("deadline", Float, nullable=False),
     Column("claimed_at", Float),
-    Column("claimed_by", Text),  # host:pid of the claiming process (revision 0017)
+    Column("claimed_by", Text),  # host:pid of the claiming process (revision 0015)
     Column("finished_at", Float),
     Index("ix_handoffs_session", "session_id", "status"),
     Index("ix_handoffs_status", "status"),

@@ -3,14 +3,14 @@ that host fails the ones its dead predecessor left running; a route remembers th
 made its room key shared by everyone in the room (`shared_by_handoff`), until it lets go of the
 session.
 
-Revision ID: 0017
+Revision ID: 0015
 Revises: 0014
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017"
+revision = "0015"
 down_revision = "0014"
 branch_labels = None
 depends_on = None
