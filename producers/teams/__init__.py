@@ -1,0 +1,1 @@
+"""Microsoft Teams receiver: Bot Framework activities in, turns out."""

@@ -1,0 +1,141 @@
+"""Teams receiver: `POST /teams/messages`, one Bot Framework activity per request.
+
+Every request must carry `Authorization: Bearer <JWT>` issued by the Bot Framework: checked by
+botframework-connector (`JwtTokenValidation.authenticate_request` with a
+`SimpleCredentialProvider` for our app id) against the keys of the OpenID metadata
+(`platforms.teams.openid_metadata`, Microsoft's by default): signature, issuer, expiry, the
+audience (our app id) and the `serviceurl` claim (the activity's `serviceUrl`). No header →
+401; a token that fails any check → 403; nothing is recorded either way. Then the body must be
+JSON (415) under the size cap (413) and an activity (400). 200 is sent once the turn is
+committed; activities that are not turns are acked and ignored. The activity's `serviceUrl`
+must be on the configured Bot Connector's host (`api_base`), where replies go: 403 otherwise.
+A user not on the allow-list gets one short refusal, sent after the ack.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+from botbuilder.schema import Activity
+from botframework.connector.auth import (
+    ChannelValidation,
+    JwtTokenValidation,
+    SimpleCredentialProvider,
+)
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response
+
+from producers.gateway.body import BadRequest, media_type, parse_json, read_body
+from producers.gateway.deps import Gateway
+from producers.teams.translate import BadPayload, Ignored, service_url, translate
+from shared.platforms.teams import SCOPE, TeamsSettings
+from shared.turns import InboundTurn, TurnRejected
+
+log = logging.getLogger(__name__)
+
+OK = b'{"ok": true}'
+TIMEOUT = 10.0
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), (parts.netloc or "").lower()
+
+
+class TeamsReceiver:
+    def __init__(self, gateway: Gateway, conf: TeamsSettings) -> None:
+        assert conf.app_id is not None and conf.token is not None and conf.api_base
+        self.gateway = gateway
+        self._conf = conf
+        self._app_id = conf.app_id
+        self._credentials = SimpleCredentialProvider(conf.app_id, "")
+        self._connector = _origin(conf.api_base)
+        # botframework-connector reads the metadata URL from this class attribute (None: the
+        # Bot Framework's own); one Teams receiver per process sets it.
+        ChannelValidation.open_id_metadata_endpoint = conf.openid_metadata
+
+    async def authenticate(self, header: str, payload: dict[str, Any]) -> None:
+        """Raise BadRequest(403) unless `header` is a Bot Framework token for this bot and
+        this activity's service URL."""
+        try:
+            activity = Activity(
+                channel_id=str(payload.get("channelId") or ""),
+                service_url=service_url(payload),
+            )
+            await JwtTokenValidation.authenticate_request(activity, header, self._credentials)
+        except Exception as exc:  # PermissionError, PyJWT's errors, a key not found
+            log.info("teams activity refused: %s: %s", type(exc).__name__, exc)
+            raise BadRequest(403, "the Bot Framework token is not valid for this bot") from None
+
+    async def messages(self, request: Request) -> Response:
+        try:
+            header = request.headers.get("authorization")
+            if not header:
+                raise BadRequest(401, "missing Authorization: Bearer <token>")
+            body = await read_body(request)
+            if media_type(request) != "application/json":
+                raise BadRequest(415, "the body must be application/json")
+            payload = parse_json(body)
+            await self.authenticate(header, payload)
+            refusal = await self.handle(payload)
+        except BadRequest as exc:
+            return exc.response()
+        task = BackgroundTask(self.send_refusal, *refusal) if refusal else None
+        return Response(OK, media_type="application/json", background=task)
+
+    async def handle(self, payload: dict[str, Any]) -> tuple[InboundTurn, str, str] | None:
+        """Record the activity's turn; returns a refusal to send (turn, text, service URL).
+
+        Raises BadRequest for a body that is not an activity (nothing recorded); store errors
+        propagate (the app answers 503 and the Bot Framework redelivers)."""
+        url = service_url(payload)
+        if url is None or _origin(url) != self._connector:
+            raise BadRequest(403, "serviceUrl is not the configured Bot Connector (api_base)")
+        try:
+            result = translate(payload)
+        except BadPayload as exc:
+            raise BadRequest(400, str(exc)) from None
+        if isinstance(result, Ignored):
+            log.debug("teams activity ignored: %s", result.reason)
+            return None
+        refusal = self.gateway.refusal_for(result)
+        if refusal is not None:
+            return (result, refusal, url) if refusal else None
+        try:
+            await self.gateway.record(result)
+        except TurnRejected as exc:
+            raise BadRequest(400, f"not recorded: {exc}") from None
+        return None
+
+    def send_refusal(self, turn: InboundTurn, text: str, url: str) -> None:
+        """Reply to the refused message (a worker thread; best effort)."""
+        secret = self._conf.token.get_secret_value() if self._conf.token else ""
+        grant = {
+            "grant_type": "client_credentials",
+            "client_id": self._app_id,
+            "client_secret": secret,
+            "scope": SCOPE,
+        }
+        conversation = turn.chat_id
+        if turn.thread_id:
+            conversation += f";messageid={turn.thread_id}"
+        path = f"v3/conversations/{quote(conversation, safe='')}/activities"
+        path += f"/{quote(turn.message_id or '', safe='')}"
+        try:
+            with httpx.Client(timeout=TIMEOUT) as client:
+                answer = client.post(self._conf.token_url, data=grant)
+                token = answer.json().get("access_token") if answer.status_code == 200 else None
+                if not isinstance(token, str):
+                    log.info("teams refusal not sent: no bot token (%s)", answer.status_code)
+                    return
+                client.post(
+                    url.rstrip("/") + "/" + path,
+                    json={"type": "message", "text": text, "textFormat": "plain"},
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+        except (httpx.HTTPError, ValueError) as exc:
+            log.info("teams refusal not sent: %s", type(exc).__name__)

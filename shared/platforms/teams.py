@@ -1,0 +1,106 @@
+"""Microsoft Teams: Bot Framework activities at `POST /teams/messages`, Bot Connector replies.
+
+Inbound requests carry a Bot Framework JWT, checked by botframework-connector against the
+signing keys its OpenID metadata names (`openid_metadata`, Microsoft's by default). Replies are
+`POST {api_base}/v3/conversations/{conversation}/activities[/{activity}]` with a bot token from
+the client-credentials grant at `token_endpoint` (`app_id` + the app password, `token`).
+
+Chat ids are Teams conversation ids without their reply-chain suffix: `a:…` a personal chat
+(a DM), `19:…@thread.tacv2` (or `@thread.skype`) a channel, any other `19:…` a group chat.
+A channel's reply chain (`19:…;messageid=<root>`) is a thread: its root message id.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Self
+from urllib.parse import urlsplit
+
+from pydantic import field_validator, model_validator
+
+from shared.platforms import CHANNEL, DM, GROUP
+from shared.platforms.descriptor import Platform, Route, Sdk
+from shared.settings import PlatformSettings
+
+TEAMS = "teams"
+BOTBUILDER = Sdk("botframework.connector", "botframework-connector")
+# The global Bot Connector endpoint: Microsoft documents it for any public-cloud conversation
+# (the regional ones, /amer/, /emea/ …, are paths on the same host).
+CONNECTOR = "https://smba.trafficmanager.net/teams/"
+TOKEN_ENDPOINT = "https://login.microsoftonline.com/botframework.com/oauth2/v2.0/token"
+SCOPE = "https://api.botframework.com/.default"
+CHANNEL_SUFFIXES = ("@thread.tacv2", "@thread.skype")
+
+
+def _http_url(value: str | None, key: str) -> str | None:
+    if value is not None and urlsplit(value).scheme not in ("https", "http"):
+        raise ValueError(f"{key} must be an http(s) URL")
+    return value
+
+
+class TeamsSettings(PlatformSettings):
+    """`platforms.teams.*`. `token` is the bot's app password (client secret); `app_id` its
+    Microsoft App ID, the audience every inbound JWT must name."""
+
+    blank_is_unset: ClassVar[frozenset[str]] = PlatformSettings.blank_is_unset | {
+        "app_id",
+        "openid_metadata",
+        "tenant_id",
+    }
+
+    api_base: str | None = CONNECTOR  # the Bot Connector service URL replies go to
+    app_id: str | None = None  # the Azure bot's Microsoft App ID
+    tenant_id: str | None = None  # single-tenant bots: tokens come from this tenant
+    token_endpoint: str = TOKEN_ENDPOINT  # where the bot token is asked for (client credentials)
+    # The OpenID metadata naming the keys inbound JWTs are signed with (None: Microsoft's).
+    openid_metadata: str | None = None
+
+    @field_validator("api_base", "token_endpoint", "openid_metadata")
+    @classmethod
+    def _urls(cls, value: str | None) -> str | None:
+        return _http_url(value, "a Teams endpoint")
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if self.enabled and self.token is not None and self.app_id is None:
+            raise ValueError("platforms.teams needs app_id (the Microsoft App ID) with its token")
+        return self
+
+    @property
+    def token_url(self) -> str:
+        """The token endpoint, for a single tenant's bot when `tenant_id` is set."""
+        if self.tenant_id and self.token_endpoint == TOKEN_ENDPOINT:
+            return TOKEN_ENDPOINT.replace("botframework.com", self.tenant_id)
+        return self.token_endpoint
+
+
+def chat_type_of(chat_id: str) -> str:
+    """`a:…` is a personal chat; `19:…@thread.tacv2` a team's channel; other `19:…` a group."""
+    if chat_id.startswith("a:"):
+        return DM
+    base = chat_id.partition(";")[0]
+    return CHANNEL if base.endswith(CHANNEL_SUFFIXES) else GROUP
+
+
+PLATFORM = Platform(
+    name=TEAMS,
+    order=60,
+    title="Microsoft Teams",
+    settings=TeamsSettings,
+    receiver="producers.teams.plugin:PLUGIN",
+    sender="workers.delivery.teams:build",
+    fetcher="workers.delivery.teams:fetcher",
+    routes=(Route("/teams/messages", "messages"),),
+    # Teams refuses a message over about 28 KB (text, envelope and JSON escapes together):
+    # 6,000 characters are at most 24,000 bytes of UTF-8, leaving room for the rest.
+    message_limit=6000,
+    # Per bot and conversation Teams allows 7 sends a second, 60 in 30 s and 1,800 an hour
+    # (0.5/s sustained); per bot and tenant about 50 a second.
+    rate_limits={"chat": (0.5, 7.0), "bot": (50.0, 50.0)},
+    secrets=("token",),
+    quiet_loggers=("msrest", "msal"),
+    chat_type_of=chat_type_of,
+    keys_from_chat_id=True,
+    compose_service="teams",
+    receiver_sdks=(BOTBUILDER,),
+    sender_sdks=(),  # httpx, an ordinary dependency
+)
