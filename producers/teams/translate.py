@@ -10,7 +10,8 @@ Framework's activity schema and Teams' docs show them):
 - event id = chat + activity id (Teams' activity ids are unique within a conversation only):
   a redelivered activity is the same event and is recorded once.
 - the user is `from.aadObjectId` (the Azure AD object id admins know), else `from.id`.
-- mentions of the bot (entities of type `mention` naming the recipient) are cut from the text.
+- mentions of the bot (entities of type `mention` naming the recipient) are cut from the text;
+  other people's mentions become their plain names.
 - attachments: a file shared in a personal chat (`…teams.file.download.info`, its
   pre-authenticated `downloadUrl`) and images (`image/*` with a `contentUrl` on the Bot
   Connector, fetched with the bot token) are kept; the `text/html` copy of the message and
@@ -72,7 +73,7 @@ def split_conversation(conversation_id: str) -> tuple[str, str | None]:
 
 
 def strip_mentions(text: str, entities: Any, bot_id: str | None) -> str:
-    """`text` without the `<at>…</at>` mentions of the bot (other people's stay)."""
+    """`text` without the `<at>…</at>` mentions of the bot; other people's keep their name."""
     if not isinstance(entities, list):
         return text
     for entity in entities:
@@ -81,8 +82,10 @@ def strip_mentions(text: str, entities: Any, bot_id: str | None) -> str:
         mentioned = entity.get("mentioned")
         who = mentioned.get("id") if isinstance(mentioned, dict) else None
         said = entity.get("text")
-        if bot_id is not None and who == bot_id and isinstance(said, str) and said:
-            text = text.replace(said, " ")
+        if not isinstance(said, str) or not said:
+            continue
+        name = said.removeprefix("<at>").removesuffix("</at>")
+        text = text.replace(said, " " if bot_id is not None and who == bot_id else name)
     return SPACES.sub(" ", text).strip()
 
 
@@ -100,7 +103,8 @@ def _attachment(item: Any) -> Attachment | None:
         is_image = isinstance(file_type, str) and file_type.lower() in ("png", "jpg", "jpeg", "gif")
         return Attachment("image" if is_image else "document", name, None, url)
     if isinstance(kind, str) and kind.startswith("image/") and _str(item.get("contentUrl")):
-        return Attachment("image", name, kind, item["contentUrl"])
+        mime = None if "*" in kind else kind  # Teams sends `image/*` for pasted images
+        return Attachment("image", name, mime, item["contentUrl"])
     return None
 
 
