@@ -218,9 +218,7 @@ class FakeBotConnector:
                 Route("/oauth/token", self.oauth, methods=["POST"]),
                 Route(conversations, self.activities, methods=["POST"]),
                 Route(conversations + "/{reply_to}", self.activities, methods=["POST"]),
-                Route(
-                    f"/{REGION}/v3/attachments/{{attachment}}/views/original", self.attachment
-                ),
+                Route(f"/{REGION}/v3/attachments/{{attachment}}/views/original", self.attachment),
             ]
         )
 
