@@ -1,4 +1,4 @@
-"""Webhook ack benchmark: requests/s the Telegram, Slack, WhatsApp and SMS (Twilio) endpoints
+"""Webhook ack benchmark: requests/s the Telegram, Slack, WhatsApp, SMS (Twilio) and Teams endpoints
 sustain with p99 ack within 100 ms, over real HTTP on loopback, against a bare endpoint that does
 nothing, in the same run. Progress goes to stderr; the last stdout line is JSON.
 
@@ -7,21 +7,19 @@ nothing, in the same run. Progress goes to stderr; the last stdout line is JSON.
 
 Everything runs in child processes this script starts and stops: a private `redis-server` on a
 free port (the broker the gateway's real BrokerWaker publishes wake-ups to), one uvicorn
-process serving the real gateway app (producers/gateway: Telegram, Slack, WhatsApp and SMS
-routes, a real
-state.db under a temporary HERMES_HOME, every turn committed before its 200) or the bare app
-(a 200 for any POST, nothing read or written), with the same server settings (the gateway's
-own: httptools, uvloop), and two load processes (a lean asyncio HTTP/1.1 client over
-keep-alive connections, so the load is not the bottleneck) that send unique, valid requests —
-distinct update ids and chats for Telegram, signed events for Slack and WhatsApp (a distinct
-wamid and wa_id each, `X-Hub-Signature-256`), Twilio-signed form posts from distinct numbers
-for SMS — and time each request
-from send to ack. For each endpoint and
-number of concurrent connections it reports requests/s and p50/p99/max ack latency;
-*sustained* is the best requests/s at a level whose p99 is within the target and where every
-request was answered 200, and the gateway's is also given as a ratio of bare's. The gateway's
-200s are compared with the turns state.db recorded (they must match), and `meets_target` says
-whether each endpoint had such a level. `wall_seconds` is the whole run.
+process serving the real gateway app (producers/gateway: Telegram, Slack, WhatsApp, SMS and
+Teams routes, a real state.db under a temporary HERMES_HOME, every turn committed before its
+200) or the bare app (a 200 for any POST, nothing read or written), with the same server
+settings (the gateway's own: httptools, uvloop), and two load processes (a lean asyncio
+HTTP/1.1 client over keep-alive connections, so the load is not the bottleneck) that send
+unique, valid requests (bench/webhook_payloads.py builds and signs them; Teams' Bot Framework
+JWT is checked by the gateway against OpenID metadata this script serves for a key made for
+the run) and time each request from send to ack. For each endpoint and number of concurrent
+connections it reports requests/s and p50/p99/max ack latency; *sustained* is the best
+requests/s at a level whose p99 is within the target and where every request was answered
+200, and the gateway's is also given as a ratio of bare's. The gateway's 200s are compared
+with the turns state.db recorded (they must match), and `meets_target` says whether each
+endpoint had such a level. `wall_seconds` is the whole run.
 """
 
 from __future__ import annotations
@@ -29,8 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import json
 import os
 import platform
@@ -47,21 +43,26 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import Children, free_port, log, percentiles, start_redis  # noqa: E402
+from bench.webhook_payloads import (  # noqa: E402
+    BODIES,
+    KINDS,
+    SECRET,
+    SLACK_SECRET,
+    TEAMS_APP_ID,
+    TEAMS_JWT_ENV,
+    TEAMS_PASSWORD,
+    TEAMS_SERVICE,
+    TOKEN,
+    TWILIO_ACCOUNT,
+    TWILIO_TOKEN,
+    WHATSAPP_PHONE,
+    WHATSAPP_SECRET,
+    TeamsKeys,
+    request,
+    sign_sms,
+)
 
 TARGET_P99_MS = 100.0
-TOKEN = "123456789:BenchTokenNotReal"
-SECRET = "bench-webhook-secret"
-SLACK_SECRET = "bench-slack-signing-secret"
-WHATSAPP_SECRET = "bench-whatsapp-app-secret"
-WHATSAPP_PHONE = "106540352242922"
-TWILIO_TOKEN = "bench-twilio-auth-token"
-TWILIO_ACCOUNT = "AC" + "0" * 32
-KINDS = {
-    "telegram": "/telegram/webhook",
-    "slack": "/slack/events",
-    "whatsapp": "/whatsapp/webhook",
-    "sms": "/sms/twilio",
-}
 LOADERS = 2
 QUICK_LEVELS = [4, 16]  # --quick: two short levels per endpoint, well within a minute in all
 QUICK_SECONDS = 2.0
@@ -96,6 +97,7 @@ def serve(kind: str, port: int) -> None:
                 Route("/slack/events", nothing, methods=["POST"]),
                 Route("/whatsapp/webhook", nothing, methods=["POST"]),
                 Route("/sms/twilio", nothing, methods=["POST"]),
+                Route("/teams/messages", nothing, methods=["POST"]),
             ]
         )
         from shared.settings import load_settings
@@ -119,138 +121,6 @@ def serve(kind: str, port: int) -> None:
 
 
 # --- the load (child processes) ---
-
-
-def telegram_bodies(start: int, count: int) -> list[bytes]:
-    bodies = []
-    for n in range(start, start + count):
-        user = 1_000_000 + n % 5000
-        update = {
-            "update_id": n,
-            "message": {
-                "message_id": n,
-                "from": {"id": user, "is_bot": False, "first_name": "Bench"},
-                "chat": {"id": user, "type": "private", "first_name": "Bench"},
-                "date": 1767225600,
-                "text": f"benchmark message {n}",
-            },
-        }
-        bodies.append(json.dumps(update).encode())
-    return bodies
-
-
-def slack_bodies(start: int, count: int) -> list[bytes]:
-    bodies = []
-    for n in range(start, start + count):
-        event = {
-            "type": "message",
-            "text": f"benchmark message {n}",
-            "user": f"U{n % 5000:08d}",
-            "ts": f"1767225600.{n:06d}",
-            "channel": f"D{n % 5000:08d}",
-            "event_ts": f"1767225600.{n:06d}",
-            "channel_type": "im",
-        }
-        payload = {
-            "type": "event_callback",
-            "team_id": "T0BENCH",
-            "event": event,
-            "event_id": f"Ev{n}",
-            "event_time": 1767225600,
-            "authorizations": [{"team_id": "T0BENCH", "user_id": "U0BOT", "is_bot": True}],
-        }
-        bodies.append(json.dumps(payload).encode())
-    return bodies
-
-
-def whatsapp_bodies(start: int, count: int) -> list[bytes]:
-    bodies = []
-    for n in range(start, start + count):
-        wa_id = str(15550000000 + n % 5000)
-        message = {
-            "from": wa_id,
-            "id": f"wamid.BENCH{n:012d}",
-            "timestamp": "1767225600",
-            "type": "text",
-            "text": {"body": f"benchmark message {n}"},
-        }
-        value = {
-            "messaging_product": "whatsapp",
-            "metadata": {"display_phone_number": "15550783881", "phone_number_id": WHATSAPP_PHONE},
-            "contacts": [{"profile": {"name": "Bench"}, "wa_id": wa_id}],
-            "messages": [message],
-        }
-        payload = {
-            "object": "whatsapp_business_account",
-            "entry": [
-                {"id": "102290129340398", "changes": [{"value": value, "field": "messages"}]}
-            ],
-        }
-        bodies.append(json.dumps(payload).encode())
-    return bodies
-
-
-def sms_bodies(start: int, count: int) -> list[bytes]:
-    from urllib.parse import urlencode
-
-    bodies = []
-    for n in range(start, start + count):
-        sid = f"SM{n:032x}"
-        fields = {
-            "MessageSid": sid,
-            "SmsMessageSid": sid,
-            "AccountSid": TWILIO_ACCOUNT,
-            "From": f"+1415{n % 5000:07d}",
-            "To": "+15005550006",
-            "Body": f"benchmark message {n}",
-            "NumMedia": "0",
-            "NumSegments": "1",
-            "ApiVersion": "2010-04-01",
-        }
-        bodies.append(urlencode(fields).encode())
-    return bodies
-
-
-SIGNED: dict[bytes, str] = {}  # SMS bodies signed before the clock starts (see `load`)
-
-
-def sign_sms(url: str, bodies: list[bytes]) -> None:
-    """Sign every body as Twilio would for `url`, ahead of time: the load must not be slower
-    than the server (an HMAC and a form parse per request would be)."""
-    from urllib.parse import parse_qsl
-
-    from twilio.request_validator import RequestValidator
-
-    validator = RequestValidator(TWILIO_TOKEN)
-    for body in bodies:
-        SIGNED[body] = str(validator.compute_signature(url, dict(parse_qsl(body.decode()))))
-
-
-def _request(path: str, port: int, kind: str, body: bytes) -> bytes:
-    """One complete HTTP/1.1 request (headers and body in one write: no Nagle stall)."""
-    content_type = "application/json"
-    if kind == "telegram":
-        extra = f"X-Telegram-Bot-Api-Secret-Token: {SECRET}\r\n"
-    elif kind == "whatsapp":  # Meta's signature (producers/whatsapp/receiver.py's `sign`),
-        # computed here: importing the receiver would cost the first request seconds
-        digest = hmac.new(WHATSAPP_SECRET.encode(), body, hashlib.sha256).hexdigest()
-        extra = f"X-Hub-Signature-256: sha256={digest}\r\n"
-    elif kind == "sms":
-        content_type = "application/x-www-form-urlencoded"
-        extra = f"X-Twilio-Signature: {SIGNED[body]}\r\n"
-    else:
-        from producers.slack.signature import sign
-
-        stamp = str(int(time.time()))
-        extra = (
-            f"X-Slack-Request-Timestamp: {stamp}\r\n"
-            f"X-Slack-Signature: {sign(SLACK_SECRET, stamp, body)}\r\n"
-        )
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: {content_type}\r\n"
-        f"Content-Length: {len(body)}\r\n{extra}\r\n"
-    )
-    return head.encode() + body
 
 
 async def _read_response(reader: asyncio.StreamReader) -> int:
@@ -285,9 +155,9 @@ async def _drive(
         reader, writer = await asyncio.open_connection(host, int(port))
         try:
             while queue and time.perf_counter() < deadline:
-                request = _request(path, int(port), kind, queue.pop())
+                sending = request(path, int(port), kind, queue.pop())
                 sent = time.perf_counter()
-                writer.write(request)
+                writer.write(sending)
                 try:
                     status = await asyncio.wait_for(_read_response(reader), REQUEST_TIMEOUT)
                 except TimeoutError:  # a stuck server must not stretch the run: an error, and
@@ -312,13 +182,7 @@ async def _drive(
 
 def load(url: str, kind: str, start: int, count: int, connections: int, seconds: float) -> None:
     """`--load`: drive `url` and print the raw latencies as one JSON line."""
-    make = {
-        "telegram": telegram_bodies,
-        "slack": slack_bodies,
-        "whatsapp": whatsapp_bodies,
-        "sms": sms_bodies,
-    }[kind]
-    bodies = make(start, count)
+    bodies = BODIES[kind](start, count)
     if kind == "sms":
         sign_sms(url, bodies)
     result = asyncio.run(_drive(url, kind, bodies, connections, seconds))
@@ -413,7 +277,9 @@ def summarise(levels: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace, work: Path, children: Children) -> dict[str, Any]:
+def run(
+    args: argparse.Namespace, work: Path, children: Children, keys: TeamsKeys
+) -> dict[str, Any]:
     seconds = QUICK_SECONDS if args.quick else args.seconds
     levels = QUICK_LEVELS if args.quick else [1, 4, 8, 16, 32, 64, 128]
     broker = start_redis(children)
@@ -432,6 +298,11 @@ def run(args: argparse.Namespace, work: Path, children: Children) -> dict[str, A
             "HERMES_PLATFORMS__SMS__TOKEN": TWILIO_TOKEN,
             "HERMES_PLATFORMS__SMS__ACCOUNT_SID": TWILIO_ACCOUNT,
             "HERMES_PLATFORMS__SMS__FROM_NUMBER": "+15005550006",
+            "HERMES_PLATFORMS__TEAMS__TOKEN": TEAMS_PASSWORD,
+            "HERMES_PLATFORMS__TEAMS__APP_ID": TEAMS_APP_ID,
+            "HERMES_PLATFORMS__TEAMS__API_BASE": TEAMS_SERVICE,
+            "HERMES_PLATFORMS__TEAMS__OPENID_METADATA": keys.serve(),
+            TEAMS_JWT_ENV: keys.token(),
             "PYTHONPATH": str(ROOT),
         }
     )
@@ -507,10 +378,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="hermes-bench-webhooks-") as tmp:
         work = Path(tmp)
         children = Children(work)
+        keys = TeamsKeys()
         try:
-            results = run(args, work, children)
+            results = run(args, work, children, keys)
         finally:
             children.close()
+            keys.close()
     out: dict[str, Any] = {"bench": "webhooks", "quick": args.quick, "target_p99_ms": TARGET_P99_MS}
     for kind in KINDS:
         gateway, bare = results[kind], results[f"bare_{kind}"]
