@@ -6,7 +6,8 @@ Framework's activity schema and Teams' docs show them):
   invokes and the rest are acknowledged and ignored.
 - chat = the conversation id without its reply-chain suffix. `personal` → a DM, `groupChat`
   → a group (one session per participant by default), `channel` → the channel, with the
-  reply chain's root (`;messageid=<root>`) as the thread: a shared session per chain.
+  reply chain's root (`;messageid=<root>`) as the thread: a shared session per chain. Without
+  a `conversationType`, the id's shape decides (shared/platforms/teams.py's chat_type_of).
 - event id = chat + activity id (Teams' activity ids are unique within a conversation only):
   a redelivered activity is the same event and is recorded once.
 - the user is `from.aadObjectId` (the Azure AD object id admins know), else `from.id`.
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.platforms import CHANNEL, DM, GROUP
-from shared.platforms.teams import TEAMS
+from shared.platforms.teams import TEAMS, chat_type_of
 from shared.turns import Attachment, InboundTurn
 
 MAX_ID = 256
@@ -130,7 +131,8 @@ def translate(payload: Any) -> Result:
     bot_id = recipient.get("id") if isinstance(recipient, dict) else None
     conversation_id = _id(conversation.get("id"), "conversation.id")
     chat_id, root = split_conversation(conversation_id)
-    chat_type = CONVERSATION_TYPES.get(str(conversation.get("conversationType") or "personal"))
+    given = conversation.get("conversationType")
+    chat_type = CONVERSATION_TYPES.get(str(given)) if given else chat_type_of(chat_id)
     if chat_type is None:
         return Ignored(f"a {conversation.get('conversationType')} conversation")
     text = activity.get("text")

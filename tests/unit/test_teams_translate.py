@@ -77,6 +77,14 @@ def test_an_unknown_conversation_type_is_ignored_not_guessed() -> None:
     assert isinstance(translate(payload), Ignored)
 
 
+def test_without_a_conversation_type_the_ids_shape_decides() -> None:
+    payload, _ = load("teams", "channel_reply_chain")
+    del payload["conversation"]["conversationType"]
+    turn = translate(payload)
+    assert not isinstance(turn, Ignored)
+    assert (turn.chat_type, turn.thread_id) == (CHANNEL, "1733318600789")
+
+
 def test_only_the_bots_mention_is_cut() -> None:
     payload, _ = load("teams", "group_mention")
     turn = translate(payload)
