@@ -10,11 +10,18 @@ JSON (415) under the size cap (413) and an activity (400). 200 is sent once the 
 committed; activities that are not turns are acked and ignored. The activity's `serviceUrl`
 must be on the configured Bot Connector's host (`api_base`), where replies go: 403 otherwise.
 A user not on the allow-list gets one short refusal, sent after the ack.
+
+The Bot Framework sends one token with every activity for about an hour, and checking it costs
+about a millisecond (botframework-connector decodes it four times): a token that passed is
+remembered with the service URL and channel it passed for, until it expires or for ten
+minutes at most (whichever is first), in a bounded map of this process.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections import OrderedDict
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -39,6 +46,8 @@ log = logging.getLogger(__name__)
 
 OK = b'{"ok": true}'
 TIMEOUT = 10.0
+REMEMBER_SECONDS = 600.0
+REMEMBERED = 1024
 
 
 def _origin(url: str) -> tuple[str, str]:
@@ -54,6 +63,7 @@ class TeamsReceiver:
         self._app_id = conf.app_id
         self._credentials = SimpleCredentialProvider(conf.app_id, "")
         self._connector = _origin(conf.api_base)
+        self._passed: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         # botframework-connector reads the metadata URL from this class attribute (None: the
         # Bot Framework's own); one Teams receiver per process sets it.
         ChannelValidation.open_id_metadata_endpoint = conf.openid_metadata
@@ -61,15 +71,25 @@ class TeamsReceiver:
     async def authenticate(self, header: str, payload: dict[str, Any]) -> None:
         """Raise BadRequest(403) unless `header` is a Bot Framework token for this bot and
         this activity's service URL."""
+        channel, url = str(payload.get("channelId") or ""), service_url(payload)
+        seen = (header, url or "", channel)
+        now = time.time()
+        if self._passed.get(seen, 0.0) > now:
+            return
         try:
-            activity = Activity(
-                channel_id=str(payload.get("channelId") or ""),
-                service_url=service_url(payload),
+            activity = Activity(channel_id=channel, service_url=url)
+            identity = await JwtTokenValidation.authenticate_request(
+                activity, header, self._credentials
             )
-            await JwtTokenValidation.authenticate_request(activity, header, self._credentials)
         except Exception as exc:  # PermissionError, PyJWT's errors, a key not found
             log.info("teams activity refused: %s: %s", type(exc).__name__, exc)
             raise BadRequest(403, "the Bot Framework token is not valid for this bot") from None
+        expires = identity.claims.get("exp") if isinstance(identity.claims, dict) else None
+        if isinstance(expires, int | float) and not isinstance(expires, bool):
+            self._passed[seen] = min(float(expires), now + REMEMBER_SECONDS)
+            self._passed.move_to_end(seen)
+            while len(self._passed) > REMEMBERED:
+                self._passed.popitem(last=False)
 
     async def messages(self, request: Request) -> Response:
         try:
