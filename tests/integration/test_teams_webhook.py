@@ -1,0 +1,103 @@
+"""POST /teams/messages on the real gateway app and a real state.db, its tokens checked by
+botframework-connector against a fake Bot Framework's keys: a token that passed is remembered
+only for the service URL and channel it passed for, and an activity the store refuses is not
+acked."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from starlette.testclient import TestClient
+
+from producers.gateway.app import create_app
+from producers.gateway.deps import Gateway
+from shared.db import Store, open_store
+from shared.ports import RecordingWaker
+from shared.settings import Settings, load_settings
+from tests.fakes.bot_connector import FakeBotConnector
+from tests.fakes.golden import load
+
+pytestmark = pytest.mark.both_databases
+
+APP_ID = "3f1c6c1e-7c2a-4f0b-9d47-2b5f0a6c8e11"
+
+
+@pytest.fixture
+def bot() -> Iterator[FakeBotConnector]:
+    with FakeBotConnector(APP_ID, "teams-webhook-password") as fake:
+        yield fake
+
+
+@pytest.fixture
+def teams_settings(hermes_env: dict[str, str], bot: FakeBotConnector) -> Settings:
+    return load_settings({**hermes_env, **bot.settings()})
+
+
+@pytest.fixture
+def teams_store(teams_settings: Settings) -> Iterator[Store]:
+    store = open_store(teams_settings.resolved_database_url)
+    yield store
+    store.close()
+
+
+def activity(bot: FakeBotConnector, activity_id: str, **changes: Any) -> dict[str, Any]:
+    payload, _ = load("teams", "personal_text")
+    found = copy.deepcopy(dict(payload))
+    found.update({"serviceUrl": bot.service_url, "id": activity_id, **changes})
+    return found
+
+
+def events(store: Store) -> list[str]:
+    with store.read() as conn:
+        return [str(e) for e in conn.execute(text("SELECT event_id FROM inbox")).scalars()]
+
+
+def test_a_remembered_token_still_names_its_service_url_and_channel(
+    teams_settings: Settings, teams_store: Store, bot: FakeBotConnector
+) -> None:
+    waker = RecordingWaker()
+    token = {"Authorization": f"Bearer {bot.token()}"}
+    app = create_app(Gateway(teams_settings, teams_store, waker, time.time))
+    with TestClient(app) as client:
+        first = client.post("/teams/messages", json=activity(bot, "1"), headers=token)
+        again = client.post("/teams/messages", json=activity(bot, "2"), headers=token)
+        moved = activity(bot, "3", serviceUrl=bot.service_url.replace("/amer/", "/emea/"))
+        elsewhere = client.post("/teams/messages", json=moved, headers=token)
+        other_channel = activity(bot, "4", channelId="webchat")
+        not_teams = client.post("/teams/messages", json=other_channel, headers=token)
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert elsewhere.status_code == 403  # the token's serviceurl claim names /amer/
+    assert not_teams.status_code == 403  # the key is endorsed for msteams only
+    assert sorted(e.rsplit("/", 1)[1] for e in events(teams_store)) == ["1", "2"]
+
+
+def test_an_activity_the_store_refuses_is_not_acked(
+    teams_settings: Settings, teams_store: Store, bot: FakeBotConnector
+) -> None:
+    refuse = (
+        ["CREATE TRIGGER refuse BEFORE INSERT ON inbox BEGIN SELECT RAISE(ABORT, 'disk full'); END"]
+        if teams_store.dialect == "sqlite"
+        else [
+            "CREATE FUNCTION refuse() RETURNS trigger AS"
+            " $$ BEGIN RAISE EXCEPTION 'disk full'; END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER refuse BEFORE INSERT ON inbox FOR EACH ROW EXECUTE FUNCTION refuse()",
+        ]
+    )
+    with teams_store.write() as conn:
+        for statement in refuse:
+            conn.execute(text(statement))
+    waker = RecordingWaker()
+    app = create_app(Gateway(teams_settings, teams_store, waker, time.time))
+    with TestClient(app) as client:
+        answer = client.post(
+            "/teams/messages",
+            json=activity(bot, "1"),
+            headers={"Authorization": f"Bearer {bot.token()}"},
+        )
+    assert answer.status_code == 503  # the Bot Framework retries; nothing was acked
+    assert events(teams_store) == [] and waker.drains == []
