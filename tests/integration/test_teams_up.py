@@ -88,3 +88,21 @@ def test_up_serves_the_teams_messaging_endpoint_end_to_end(
     assert reply.conversation.startswith(DM)
     assert reply.body["text"].endswith("echo: Can you summarise yesterday's incident review?")
     assert PASSWORD not in output and bot.bot_token not in output
+
+
+def test_hermes_gateway_teams_refuses_an_incomplete_configuration(
+    hermes_env: dict[str, str],
+) -> None:
+    def gateway(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "producers.cli.main", "gateway", "teams"],
+            env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
+        )  # fmt: skip
+
+    no_token = gateway(hermes_env)
+    assert no_token.returncode == 1
+    assert no_token.stderr.strip() == "Error: platforms.teams.token is not set"
+    no_app = gateway({**hermes_env, "HERMES_PLATFORMS__TEAMS__TOKEN": PASSWORD})
+    assert no_app.returncode == 2
+    assert "platforms.teams needs app_id (the Microsoft App ID) with its token" in no_app.stderr
+    assert PASSWORD not in no_app.stderr + no_app.stdout
