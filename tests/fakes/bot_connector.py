@@ -59,6 +59,7 @@ class FakeBotConnector:
     files: dict[str, tuple[bytes, str]] = field(default_factory=dict)
     downloads: list[str] = field(default_factory=list)
     token_requests: int = 0
+    key_fetches: int = 0
     scripts: dict[str, deque[str]] = field(default_factory=lambda: defaultdict(deque))
     served: Served | None = None
     _key: rsa.RSAPrivateKey = field(default_factory=_key)
@@ -148,6 +149,8 @@ class FakeBotConnector:
         )
 
     async def keys(self, request: Request) -> Response:
+        with self._lock:
+            self.key_fetches += 1
         jwk = RSAAlgorithm.to_jwk(self._key.public_key(), as_dict=True)
         jwk.update({"kid": self._kid, "use": "sig", "endorsements": ["msteams"]})
         return JSONResponse({"keys": [jwk]})

@@ -5,7 +5,9 @@ acked."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +18,9 @@ from starlette.testclient import TestClient
 
 from producers.gateway.app import create_app
 from producers.gateway.deps import Gateway
+from producers.teams.plugin import PLUGIN
 from shared.db import Store, open_store
+from shared.platforms.teams import TeamsSettings
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings
 from tests.fakes.bot_connector import FakeBotConnector
@@ -101,3 +105,26 @@ def test_an_activity_the_store_refuses_is_not_acked(
         )
     assert answer.status_code == 503  # the Bot Framework retries; nothing was acked
     assert events(teams_store) == [] and waker.drains == []
+
+
+def test_the_signing_keys_are_fetched_before_serving_and_a_failure_is_said(
+    teams_settings: Settings,
+    teams_store: Store,
+    bot: FakeBotConnector,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gateway = Gateway(teams_settings, teams_store, RecordingWaker(), time.time)
+    conf = teams_settings.platforms.of("teams", TeamsSettings)
+    asyncio.run(PLUGIN.starting(gateway, conf, {}))
+    assert bot.key_fetches == 1
+    with TestClient(create_app(gateway)) as client:  # the first activity finds them cached
+        answer = client.post(
+            "/teams/messages",
+            json=activity(bot, "1"),
+            headers={"Authorization": f"Bearer {bot.token()}"},
+        )
+    assert answer.status_code == 200 and bot.key_fetches == 1
+    unreachable = conf.model_copy(update={"openid_metadata": "http://127.0.0.1:9/openid/none"})
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(PLUGIN.starting(gateway, unreachable, {}))
+    assert "the signing keys at http://127.0.0.1:9/openid/none could not be fetched" in caplog.text
