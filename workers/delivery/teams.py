@@ -195,16 +195,15 @@ class TeamsSender:
         if chat_type_of(chat_id) != CHANNEL:
             raise ThreadUnavailable("teams: only a channel has reply chains")
         try:
-            return self.post(chat_id, f"🧵 {title}", reply_to=None, chat_id=chat_id) or _none()
+            root = self.post(chat_id, f"🧵 {title}", reply_to=None, chat_id=chat_id)
         except (RetryLater, Undeliverable, SendFailed) as exc:
             raise ThreadUnavailable(f"teams: {exc}") from None
+        if not root:
+            raise ThreadUnavailable("teams: the post that would root the thread has no id")
+        return root
 
     def close(self) -> None:
         self._client.close()
-
-
-def _none() -> str:
-    raise SendFailed("the post that would root the thread has no id")
 
 
 def _detail(response: httpx.Response) -> str:
