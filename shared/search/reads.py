@@ -10,6 +10,7 @@ marks, turned into the driver's own (`%s` for psycopg) by each backend's `Reads`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
@@ -30,6 +31,27 @@ SESSION_COLUMNS = (
 
 def _messages(rows: Iterable[Sequence[object]]) -> list[MessageRecord]:
     return [MessageRecord(*row) for row in rows]  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What a result shows of its session: the anchor, the window around it (anchor included,
+    in order) and the first and last messages (bookends, oldest first in both)."""
+
+    anchor: MessageRecord
+    window: list[MessageRecord]
+    first: list[MessageRecord]
+    last: list[MessageRecord]
+
+
+# The parts of `Reads.shown`, each a subquery per anchor (`?` for the session, roles, id, size).
+_ANCHOR, _EARLIER, _LATER, _FIRST, _LAST = range(5)
+_PART = {
+    _EARLIER: "{base} AND id < ? ORDER BY id DESC LIMIT ?",
+    _LATER: "{base} AND id > ? ORDER BY id LIMIT ?",
+    _FIRST: "{base} ORDER BY id LIMIT ?",
+    _LAST: "{base} ORDER BY id DESC LIMIT ?",
+}
 
 
 class Reads:
@@ -67,6 +89,46 @@ class Reads:
         earlier = _messages(self._run(conn, f"{base} AND id < ? ORDER BY id DESC LIMIT ?", params))
         later = _messages(self._run(conn, f"{base} AND id > ? ORDER BY id LIMIT ?", params))
         return [*reversed(earlier), anchor, *later]
+
+    def shown(
+        self,
+        conn: Connection,
+        anchors: Sequence[tuple[int, str]],
+        size: int,
+        roles: Sequence[str],
+        ends: Sequence[str],
+        count: int,
+    ) -> dict[int, Shown]:
+        """For each (message id, its session id) of `anchors`: `around(anchor, size, roles)` and
+        `ends(session, ends, count)`, all in one statement (one subquery per part and anchor,
+        UNION ALL): a discover's results cost one round trip instead of five per result.
+        By anchor id; an anchor that is not there is left out."""
+        if not anchors:
+            return {}
+        parts: list[str] = []
+        params: list[object] = []
+        for at, (message_id, session_id) in enumerate(anchors):
+            parts.append(f"SELECT {at}, {_ANCHOR}, {MESSAGE_COLUMNS} FROM messages WHERE id = ?")
+            params.append(message_id)
+            for part, shape in _PART.items():
+                chosen = ends if part in (_FIRST, _LAST) else roles
+                base = f"SELECT {at} AS k, {part} AS p, {MESSAGE_COLUMNS} FROM messages"
+                base += f" WHERE session_id = ? AND {_roles(chosen)}"
+                parts.append(f"SELECT * FROM ({shape.format(base=base)}) AS p{at}_{part}")
+                params.extend((session_id, *chosen))
+                params.extend((message_id, size) if part in (_EARLIER, _LATER) else (count,))
+        found: dict[tuple[int, int], list[MessageRecord]] = {}
+        for row in self._run(conn, " UNION ALL ".join(parts), params):
+            found.setdefault((row[0], row[1]), []).append(MessageRecord(*row[2:]))
+        out: dict[int, Shown] = {}
+        for at, (message_id, _session_id) in enumerate(anchors):
+            anchor = found.get((at, _ANCHOR))
+            if not anchor:
+                continue
+            ordered = {p: sorted(found.get((at, p), ()), key=_by_id) for p in _PART}
+            window = [*ordered[_EARLIER], anchor[0], *ordered[_LATER]]
+            out[message_id] = Shown(anchor[0], window, ordered[_FIRST], ordered[_LAST])
+        return out
 
     def ends(
         self, conn: Connection, session_id: str, roles: Sequence[str], count: int
@@ -147,6 +209,10 @@ class Reads:
         )
         row = self._run(conn, sql, (session_id, *roles, low, high)).fetchone()
         return 0 if row is None else int(row[0])
+
+
+def _by_id(message: MessageRecord) -> int:
+    return message.id
 
 
 def _roles(roles: Sequence[str]) -> str:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from shared.model import MessageRecord, SessionRecord
@@ -23,7 +23,8 @@ def when(timestamp: float | None) -> str | None:
     """A timestamp as ISO 8601 UTC to the second (what the agent and scripts read)."""
     if timestamp is None:
         return None
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # time.gmtime, not datetime: half the cost, and a discover formats ~50 of these
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(timestamp))
 
 
 def clip(text: str | None, chars: int) -> str:
