@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
-from itertools import islice
 from typing import Any
 
 from sqlalchemy import Connection
@@ -115,18 +114,29 @@ class _Picked:
 def _pick(
     conn: Connection, backend: SearchBackend, found: Iterator[Hit], limit: int
 ) -> tuple[list[_Picked], bool]:
-    """The best hit of each of the first `limit` lineages; (picks, stopped at MAX_HITS)."""
+    """The best hit of each of the first `limit` lineages; (picks, stopped at MAX_HITS).
+
+    Hits are taken in groups that end as soon as they hold as many sessions not seen yet as
+    lineages are still wanted (or at HIT_GROUP hits): a backend that looks hits up lazily is
+    asked for no more than the answer needs, and lineage roots are walked for those only."""
     roots: dict[str, str] = {}
     picked: dict[str, _Picked] = {}
     looked = 0
     while len(picked) < limit:
         if looked >= MAX_HITS:
             return list(picked.values()), True
-        group = list(islice(found, HIT_GROUP))
+        group: list[Hit] = []
+        fresh: set[str] = set()
+        for hit in found:
+            group.append(hit)
+            if hit.session_id not in roots:
+                fresh.add(hit.session_id)
+            if len(fresh) >= limit - len(picked) or len(group) == HIT_GROUP:
+                break
         if not group:
             break
         looked += len(group)
-        views.lineage_roots(partial(backend.parents, conn), {h.session_id for h in group}, roots)
+        views.lineage_roots(partial(backend.parents, conn), fresh, roots)
         for hit in group:
             root = roots[hit.session_id]
             if root not in picked:
