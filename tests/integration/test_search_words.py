@@ -84,3 +84,16 @@ def test_the_substring_index_serves_every_length(store: Store, log: Log, typed: 
         conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
         plan = "\n".join(str(row[0]) for row in conn.exec_driver_sql(sql, tuple(params)))
     assert "ix_messages_search_grams" in plan and "Seq Scan" not in plan, plan
+
+
+def test_a_word_matched_through_its_accents_is_marked_in_the_snippet(
+    store: Store, log: Log
+) -> None:
+    if store.dialect != "sqlite":
+        pytest.skip("the engine marks words as typed; FTS5's own snippet marks what it folded")
+    log.session("accents", [TEXTS["accents"], "ok"])
+    log.session("plain", ["a cafe on the corner", "ok"])
+    result = call(store, query="cafe", limit=10)
+    snippets = {hit["session_id"]: hit["snippet"] for hit in result["results"]}
+    assert "⟦CAFÉ⟧" in snippets["accents"]  # FTS5's snippet: the engine's marks nothing there
+    assert "⟦cafe⟧" in snippets["plain"]
