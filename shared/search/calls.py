@@ -75,9 +75,11 @@ def reads_for(dialect: str) -> Reads:
         from shared.search.sqlite.rows import READS as sqlite_reads
 
         return sqlite_reads
-    from shared.search.postgresql.rows import READS as postgresql_reads
+    if dialect == "postgresql":
+        from shared.search.postgresql.rows import READS as postgresql_reads
 
-    return postgresql_reads
+        return postgresql_reads
+    raise ValueError(f"no search reads for {dialect}")  # search() checks backend_for first
 
 
 def error(mode: str, message: str) -> dict[str, Any]:
