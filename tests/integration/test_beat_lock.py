@@ -18,8 +18,6 @@ import pytest
 
 from tests.chaos import ROOT, Fleet, env_for
 
-pytestmark = pytest.mark.both_databases
-
 QUEUE = "hermes.maintenance"
 # The lock's time to live (20 s) plus one look (5 s), with room for a loaded machine.
 TAKEOVER_WAIT = 60.0
@@ -164,6 +162,7 @@ def test_a_wiped_broker_does_not_stop_the_schedule(beats: Beats, redis_box: Flee
     assert beats.wait_for_sends(30), beats.logs()
 
 
+@pytest.mark.both_databases  # the lock's name is the fleet id each database holds
 @pytest.mark.timeout(180)
 def test_two_fleets_on_one_redis_each_schedule(
     beats: Beats, tmp_path: Path, hermes_env: dict[str, str], redis_box: Fleet
