@@ -40,6 +40,7 @@ from workers.agent.base import AgentReply, AgentRequest
 from workers.agent.client import Stopped
 from workers.commands import agent as agent_commands
 from workers.commands import run_command
+from workers.live import live_for
 from workers.renewer import Held
 from workers.runtime import Runtime
 
@@ -278,7 +279,13 @@ def _run_turn(
         history = messages.last_messages(conn, session_id, HISTORY_MESSAGES)
     try:
         reply = rt.agent.respond(
-            AgentRequest(session=session, history=history, turn=turn, should_stop=held.should_stop)
+            AgentRequest(
+                session=session,
+                history=history,
+                turn=turn,
+                should_stop=held.should_stop,
+                live=live_for(rt.redis, turn.id),
+            )
         )
     except Exception as exc:
         _postpone(rt, held, turn, exc)

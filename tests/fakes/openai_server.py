@@ -40,6 +40,11 @@ class Step:
     status: int = 200
     error: str = "scripted failure"
     headers: dict[str, str] = field(default_factory=dict)
+    # Streaming slowly: a pause before each text chunk, and a gate the last chunk waits for
+    # (set by the test once it has seen the first words arrive).
+    chunk_delay: float = 0.0
+    gate: threading.Event | None = None
+    chunk_size: int = 8
 
 
 def reply(
@@ -122,6 +127,7 @@ class FakeOpenAI:
         self._thread: threading.Thread | None = None
         self.port = 0
         self._ids = 0
+        self.text_done_at = 0.0  # when the last streamed reply's last text chunk was sent
 
     # --- scripting ---
 
@@ -219,9 +225,13 @@ class FakeOpenAI:
 
         yield chunk({"role": "assistant", "content": ""})
         text = step.content or ""
-        for start in range(0, len(text), 8):
-            yield chunk({"content": text[start : start + 8]})
-            await asyncio.sleep(0)
+        size = step.chunk_size
+        for start in range(0, len(text), size):
+            if step.gate is not None and start + size >= len(text):
+                await asyncio.to_thread(step.gate.wait, 60)
+            yield chunk({"content": text[start : start + size]})
+            await asyncio.sleep(step.chunk_delay)
+        self.text_done_at = time.monotonic()
         for n, call in enumerate(self._calls(step)):
             head = {
                 "index": n,

@@ -10,6 +10,7 @@ from shared.model import MessageRecord, SessionRecord
 from shared.pipeline.inbox import TurnRow
 from shared.store.memory import MemoryOp
 from shared.usage import ModelCall
+from workers.live import Live, NoLive
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,8 @@ class AgentRequest:
     turn: TurnRow
     # True once the user asked to /stop or the lease was lost: stop at the next model step.
     should_stop: Callable[[], bool] = lambda: False
+    # The turn's live view (the reply as it is written, tool rounds); best effort.
+    live: Live = field(default_factory=NoLive)
 
 
 @dataclass(frozen=True, slots=True)

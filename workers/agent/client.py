@@ -161,8 +161,10 @@ class ChatClient:
         tools: list[dict[str, Any]] | None = None,
         should_stop: Callable[[], bool] = lambda: False,
         stream: bool | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> Completion:
-        """One completion, retried on 429/5xx/connection errors; raises the errors above."""
+        """One completion, retried on 429/5xx/connection errors; raises the errors above.
+        `on_text` is given the reply's text so far as it streams (a retry starts it again)."""
         attempts = self._retries + 1
         last: Exception | None = None
         for attempt in range(attempts):
@@ -170,7 +172,7 @@ class ChatClient:
                 raise Stopped
             try:
                 started = time.perf_counter()
-                completion = self._once(messages, tools, should_stop, stream)
+                completion = self._once(messages, tools, should_stop, stream, on_text)
                 completion.latency_ms = (time.perf_counter() - started) * 1000
                 return completion
             except (Stopped, ModelRejected):
@@ -227,26 +229,32 @@ class ChatClient:
         tools: list[dict[str, Any]] | None,
         should_stop: Callable[[], bool],
         stream: bool | None,
+        on_text: Callable[[str], None] | None = None,
     ) -> Completion:
         streaming = self._stream if stream is None else (stream and self._stream)
         try:
             if streaming:
-                return self._streamed(self._request(messages, tools, True), should_stop)
+                return self._streamed(self._request(messages, tools, True), should_stop, on_text)
             whole = self._client.chat.completions.create(**self._request(messages, tools, False))
             return _whole(whole)
         except openai.BadRequestError as exc:
             text = str(exc.message).lower()
             if streaming and "stream_options" in text and self._stream_usage:
                 self._stream_usage = False  # an older server: stream without the usage chunk
-                return self._once(messages, tools, should_stop, stream)
+                return self._once(messages, tools, should_stop, stream, on_text)
             if streaming and "stream" in text:
                 with self._lock:
                     self._stream = False  # this endpoint does not stream: stop asking
                 log.warning("model %s does not stream; using whole responses", self.model)
-                return self._once(messages, tools, should_stop, False)
+                return self._once(messages, tools, should_stop, False, on_text)
             raise
 
-    def _streamed(self, kwargs: dict[str, Any], should_stop: Callable[[], bool]) -> Completion:
+    def _streamed(
+        self,
+        kwargs: dict[str, Any],
+        should_stop: Callable[[], bool],
+        on_text: Callable[[str], None] | None,
+    ) -> Completion:
         result = Completion()
         parts: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
@@ -266,6 +274,8 @@ class ChatClient:
                         continue
                     if delta.content:
                         parts.append(delta.content)
+                        if on_text is not None:
+                            on_text("".join(parts))
                     for piece in delta.tool_calls or []:
                         _merge_call(calls, piece)
         finally:

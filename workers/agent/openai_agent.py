@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.db import Store
+from shared.live import tool_status
 from shared.ports import Clock
 from shared.settings import Settings
 from shared.store import memory as memory_rows
@@ -158,6 +159,12 @@ class OpenAIAgent:
     # --- the loop ---
 
     def respond(self, request: AgentRequest) -> AgentReply:
+        try:
+            return self._respond(request)
+        finally:
+            request.live.done()
+
+    def _respond(self, request: AgentRequest) -> AgentReply:
         state = self._start(request)
         rounds = self.settings.model.max_tool_rounds
         try:
@@ -180,14 +187,19 @@ class OpenAIAgent:
         raise AssertionError("unreachable: the last round offers no tools")
 
     def _complete(self, state: _Turn, tools: list[dict[str, Any]] | None) -> Completion:
-        should_stop = state.request.should_stop
+        should_stop, live = state.request.should_stop, state.request.live
         try:
-            completion = self.chat.complete(state.chat, tools=tools, should_stop=should_stop)
+            completion = self.chat.complete(
+                state.chat, tools=tools, should_stop=should_stop, on_text=live.text
+            )
         except ImagesRejected as exc:
             log.warning("model %s refused images (%s); describing them", self.chat.model, exc)
             self._vision = False  # this process stops sending images to this model
             self._describe_images(state)
-            completion = self.chat.complete(state.chat, tools=tools, should_stop=should_stop)
+            completion = self.chat.complete(
+                state.chat, tools=tools, should_stop=should_stop, on_text=live.text
+            )
+        live.flush()
         kind = TOOL_ROUND if completion.tool_calls else REPLY
         call = model_call(
             completion, kind=kind, model=self.chat.model, at=self.clock(), sent=state.chat
@@ -231,6 +243,7 @@ class OpenAIAgent:
                 raise Stopped
             function = call.get("function") or {}
             name = str(function.get("name") or "")
+            state.request.live.status(tool_status(name))
             result, failed = self.tools.run(name, function.get("arguments"), state.tools)
             uses.append(ToolUse(name or "(unnamed)", failed))
             state.calls[-1] = dataclasses.replace(round_call, tools=tuple(uses))
