@@ -25,8 +25,10 @@ from typing import Any
 
 from producers.broker import broker_redis
 from producers.intake import accept, key_for
+from shared import live
 from shared.db import Store
 from shared.ids import new_session_id
+from shared.live import LiveEvent, decode
 from shared.model import MessageRecord, SessionRecord
 from shared.pipeline import inbox, outbox, routes
 from shared.platforms import CLI, DM
@@ -42,6 +44,7 @@ from shared.turns import Attachment, InboundTurn
 
 CHANNEL = "hermes:cli:{chat_id}"  # workers.delivery.cli.channel_for publishes here
 POLL_SECONDS = 0.25
+LIVE_PREFIX = live.channel_for(0).removesuffix("0")
 REWAKE_SECONDS = 5.0  # no beat runs beside a terminal's own stack: re-send a lost wake-up
 FINISHED = {inbox.DONE, inbox.FAILED, inbox.CANCELLED, inbox.DEAD}
 RECAP_MESSAGES = 400
@@ -66,9 +69,27 @@ class Subscription:
     client: Any
     pubsub: Any
 
-    def wait(self, timeout: float) -> None:
-        """Return when a message arrives or `timeout` passes."""
-        self.pubsub.get_message(timeout=timeout)
+    def wait(self, timeout: float, on_live: Callable[[LiveEvent], None] | None = None) -> None:
+        """Return when a reply ping arrives or `timeout` passes; live-view events met meanwhile
+        go to `on_live`."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            message = self.pubsub.get_message(timeout=left)
+            if message is None:  # a subscribe confirmation, or the time is up
+                continue
+            channel = message.get("channel")
+            name = channel.decode() if isinstance(channel, bytes) else str(channel)
+            if not name.startswith(LIVE_PREFIX):
+                return
+            event = decode(message.get("data", b""))
+            if event is not None and on_live is not None:
+                on_live(event)
+
+    def follow(self, turn_id: int) -> None:
+        self.pubsub.subscribe(live.channel_for(turn_id))
+
+    def unfollow(self, turn_id: int) -> None:
+        self.pubsub.unsubscribe(live.channel_for(turn_id))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -188,6 +209,11 @@ class TerminalChat:
         event = f"{self.chat_id}:{uuid.uuid4().hex}"
         turn = self._turn(event, text, attachments)
         accepted = accept(self.store, self.waker, turn, settings=self.settings, clock=self.clock)
+        if self._pubsub is not None:
+            try:  # the reply as it is written; a missed start only costs its first frames
+                self._pubsub.follow(accepted.turn_id)
+            except Exception:
+                self.close()
         return accepted.turn_id
 
     def status(self, turn_id: int) -> str:
@@ -201,8 +227,10 @@ class TerminalChat:
         *,
         timeout: float | None = None,
         tick: Callable[[float, str], None] = lambda waited, status: None,
+        on_live: Callable[[LiveEvent], None] | None = None,
     ) -> Outcome | None:
-        """Wait for the turn to finish; its replies (None when `timeout` passes first)."""
+        """Wait for the turn to finish; its replies (None when `timeout` passes first). The
+        reply as it is written goes to `on_live` meanwhile (when the broker is Redis)."""
         started = time.monotonic()
         last_wake = started
         while True:
@@ -212,6 +240,7 @@ class TerminalChat:
             waited = time.monotonic() - started
             status = row.status if row is not None else inbox.DEAD
             if status in FINISHED:
+                self._unfollow(turn_id)
                 return Outcome(status, [r.text for r in rows], waited)
             if timeout is not None and waited >= timeout:
                 return None
@@ -219,12 +248,19 @@ class TerminalChat:
             if time.monotonic() - last_wake >= REWAKE_SECONDS:
                 self.waker.drain(self.key)  # harmless if the first one arrived
                 last_wake = time.monotonic()
-            self._pause()
+            self._pause(on_live)
 
-    def _pause(self) -> None:
+    def _unfollow(self, turn_id: int) -> None:
         if self._pubsub is not None:
             try:
-                self._pubsub.wait(POLL_SECONDS)
+                self._pubsub.unfollow(turn_id)
+            except Exception:
+                self.close()
+
+    def _pause(self, on_live: Callable[[LiveEvent], None] | None = None) -> None:
+        if self._pubsub is not None:
+            try:
+                self._pubsub.wait(POLL_SECONDS, on_live)
                 return
             except Exception:  # the broker went away: poll from now on
                 self.close()

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from producers.cli.chat_client import Outcome, TerminalChat
 from producers.cli.chat_handoff import await_handoff, last_id
+from producers.cli.chat_live import LiveReply
 from producers.cli.recap_view import ASSISTANT_STYLE, USER_STYLE, render_recap
 from shared import __version__
 from shared.model import SessionRecord
@@ -190,7 +191,7 @@ class Repl:
 
     def _wait(self, turn_id: int) -> Outcome | None:
         stopped: Outcome | None = None
-        with self.console.status("thinking…", spinner="dots") as status:
+        with LiveReply(self.console) as status:
 
             def tick(waited: float, state: str) -> None:
                 self.health()
@@ -200,7 +201,7 @@ class Repl:
                     status.update(f"thinking… {waited:.0f}s" if waited >= 2 else "thinking…")
 
             try:
-                return self.terminal.wait(turn_id, tick=tick)
+                return self.terminal.wait(turn_id, tick=tick, on_live=status.take)
             except KeyboardInterrupt:
                 status.update("stopping… (Ctrl-C again to stop waiting)")
                 try:
