@@ -43,6 +43,7 @@ from workers.commands import run_command
 from workers.live import live_for
 from workers.renewer import Held
 from workers.runtime import Runtime
+from workers.typing import typing_while
 
 log = logging.getLogger(__name__)
 
@@ -278,15 +279,16 @@ def _run_turn(
         session = session_rows.require_session(conn, session_id)
         history = messages.last_messages(conn, session_id, HISTORY_MESSAGES)
     try:
-        reply = rt.agent.respond(
-            AgentRequest(
-                session=session,
-                history=history,
-                turn=turn,
-                should_stop=held.should_stop,
-                live=live_for(rt.redis, turn.id),
+        with typing_while(rt.senders, turn):
+            reply = rt.agent.respond(
+                AgentRequest(
+                    session=session,
+                    history=history,
+                    turn=turn,
+                    should_stop=held.should_stop,
+                    live=live_for(rt.redis, turn.id),
+                )
             )
-        )
     except Exception as exc:
         _postpone(rt, held, turn, exc)
         return _claim_next(rt, held) if claim else None

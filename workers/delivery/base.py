@@ -38,6 +38,16 @@ class ThreadOpener(Protocol):
     def open_thread(self, chat_id: str, title: str) -> str: ...
 
 
+@runtime_checkable
+class Typist(Protocol):
+    """A sender that can show "typing…" in a chat while a turn runs (Telegram's chat action,
+    Discord's typing trigger); the indicator fades by itself, so it is refreshed."""
+
+    typing_every: float  # seconds between refreshes (Telegram's indicator lasts 5 s)
+
+    def typing(self, chat_id: str, thread_id: str | None) -> None: ...
+
+
 class Undeliverable(Exception):
     """This message can never be delivered (user blocked the bot, chat gone)."""
 

@@ -40,6 +40,7 @@ class SendFailed(Exception):
 class DiscordSender:
     platform = PLATFORM.name
     reads_store = False
+    typing_every = 8.0  # Discord's typing trigger lasts 10 s or until a message arrives
 
     def __init__(
         self,
@@ -103,6 +104,12 @@ class DiscordSender:
         if response.status_code in (200, 201):
             return str(_json(response).get("id", ""))
         raise self._map(channel, response)
+
+    def typing(self, chat_id: str, thread_id: str | None) -> None:
+        """`POST /channels/{id}/typing`; a failure raises for the caller to log."""
+        response = self._client.post(f"channels/{thread_id or chat_id}/typing")
+        if response.status_code not in (200, 204):
+            raise SendFailed(f"discord typing: HTTP {response.status_code}")
 
     def open_thread(self, chat_id: str, title: str) -> str:
         """A public thread under the text channel `chat_id` (archived after a day idle); its

@@ -84,6 +84,7 @@ def retry_after_seconds(exc: Any) -> float:
 class TelegramSender:
     platform = PLATFORM.name
     reads_store = False
+    typing_every = 4.0  # the "typing…" action shows for 5 s or until a message arrives
 
     def __init__(
         self,
@@ -229,6 +230,22 @@ class TelegramSender:
 
         message = self._loop.run(go, self._timeout + 5)
         return str(message.message_id)
+
+    def typing(self, chat_id: str, thread_id: str | None) -> None:
+        """`sendChatAction` typing (in the topic, if any); errors are the caller's to log."""
+        from telegram.constants import ChatAction
+
+        kwargs: dict[str, Any] = {}
+        if thread_id:
+            kwargs["message_thread_id"] = int(thread_id)
+        target = _chat_arg(self._moved.get(chat_id, chat_id))
+
+        async def go() -> Any:
+            return await self._get_bot().send_chat_action(
+                chat_id=target, action=ChatAction.TYPING, **kwargs
+            )
+
+        self._loop.run(go, self._timeout + 5)
 
     def open_thread(self, chat_id: str, title: str) -> str:
         """A forum topic in `chat_id` (a forum supergroup, or a private chat with topics on);
