@@ -38,6 +38,7 @@ class FakeDiscord:
     bot_id: str = "900000000000000001"
     channels: dict[str, dict[str, Any]] = field(default_factory=dict)
     threads_asked: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    typing: list[tuple[str, float]] = field(default_factory=list)  # (channel, when) triggered
     no_threads: set[str] = field(default_factory=set)  # channels where threads are refused
     calls: list[Call] = field(default_factory=list)
     scripts: deque[str] = field(default_factory=deque)
@@ -132,6 +133,13 @@ class FakeDiscord:
         if found is None:
             return _json({"message": "Unknown Channel", "code": 10003}, status=404)
         return _json(found)
+
+    async def trigger_typing(self, request: web.Request) -> web.Response:
+        if not self._authorised(request):
+            return web.json_response({"message": "401: Unauthorized", "code": 0}, status=401)
+        with self._lock:
+            self.typing.append((request.match_info["channel"], time.time()))
+        return web.Response(status=204)
 
     async def create_thread(self, request: web.Request) -> web.Response:
         """POST /channels/{id}/threads: a public thread under a known text channel."""
@@ -264,6 +272,7 @@ class FakeDiscord:
         app.router.add_get("/api/v10/channels/{channel}", self.channel)
         app.router.add_post("/api/v10/channels/{channel}/messages", self.create_message)
         app.router.add_post("/api/v10/channels/{channel}/threads", self.create_thread)
+        app.router.add_post("/api/v10/channels/{channel}/typing", self.trigger_typing)
         app.router.add_get("/gateway", self.gateway)
         return app
 

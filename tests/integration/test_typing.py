@@ -13,11 +13,13 @@ from producers.intake import accept
 from shared.db import Store, open_store
 from shared.settings import Settings, load_settings
 from tests.fakes.delivery import delivery_runtime
+from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Step, running
 from tests.fakes.stack import redis_db_url
 from tests.fakes.telegram_api import FakeTelegram
 from tests.pipeline_helpers import turn
 from workers.agent.factory import build_agent
+from workers.delivery.discord import DiscordSender
 from workers.delivery.telegram import TelegramSender
 from workers.drain import drain
 from workers.flush import flush
@@ -109,3 +111,47 @@ def test_a_failing_typing_action_does_not_hold_up_the_reply(
             time.sleep(0.1)
     agent.close()  # type: ignore[attr-defined]
     assert [c.params["text"] for c in bot.calls if c.method == "sendMessage"] == [REPLY]
+
+
+DISCORD_TOKEN = "OTAw.fake-discord-token.SecretPart"
+CHANNEL = "1300000000000000042"
+
+
+def test_discord_typing_is_triggered_while_the_turn_runs(
+    hermes_env: dict[str, str], redis_url: str, model: FakeOpenAI
+) -> None:
+    with FakeDiscord(DISCORD_TOKEN) as discord:
+        settings = load_settings(
+            {
+                **hermes_env,
+                "HERMES_BROKER_URL": redis_db_url(redis_url),
+                "HERMES_PLATFORMS__DISCORD__TOKEN": DISCORD_TOKEN,
+                "HERMES_PLATFORMS__DISCORD__API_BASE": discord.api_base,
+                "HERMES_MODEL__BASE_URL": model.url,
+                "HERMES_MODEL__API_KEY": "sk-test-not-secret",
+                "HERMES_MODEL__NAME": "main-model",
+                "HERMES_AUXILIARY__NAME": "aux-model",
+            }
+        )
+        model.script(Step(content=REPLY, chunk_size=6, chunk_delay=0.1))
+        store = open_store(settings.resolved_database_url)
+        agent = build_agent(settings, store)
+        try:
+            with delivery_runtime(settings, store) as (rt, _):
+                rt = dataclasses.replace(rt, agent=agent)
+                sender = rt.senders.get("discord")
+                assert isinstance(sender, DiscordSender)
+                sender.typing_every = 0.25
+                inbound = turn(1, CHANNEL, platform="discord", text="hello")
+                accepted = accept(store, rt.waker, inbound, settings=settings, clock=time.time)
+                drain(rt, accepted.session_key)
+                while flush(rt, f"discord:{CHANNEL}").reason != "idle":
+                    time.sleep(0.1)
+        finally:
+            agent.close()  # type: ignore[attr-defined]
+            store.close()
+        (message,) = [c for c in discord.calls if c.ok]
+        typed = list(discord.typing)
+    assert message.body["content"] == REPLY
+    assert len(typed) >= 3
+    assert all(channel == CHANNEL and at < message.at for channel, at in typed)
