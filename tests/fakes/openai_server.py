@@ -43,6 +43,7 @@ class Step:
     # Streaming slowly: a pause before each text chunk, and a gate the last chunk waits for
     # (set by the test once it has seen the first words arrive).
     chunk_delay: float = 0.0
+    first_delay: float = 0.0  # the model "thinking" before its first chunk
     gate: threading.Event | None = None
     chunk_size: int = 8
 
@@ -128,6 +129,8 @@ class FakeOpenAI:
         self.port = 0
         self._ids = 0
         self.text_done_at = 0.0  # when the last streamed reply's last text chunk was sent
+        # (request received, first text chunk sent) per streamed reply, time.time() (benches)
+        self.first_text: list[tuple[float, float]] = []
 
     # --- scripting ---
 
@@ -223,6 +226,8 @@ class FakeOpenAI:
             data = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
             return f"data: {json.dumps(data)}\n\n".encode()
 
+        received = time.time()
+        await asyncio.sleep(step.first_delay)
         yield chunk({"role": "assistant", "content": ""})
         text = step.content or ""
         size = step.chunk_size
@@ -230,6 +235,8 @@ class FakeOpenAI:
             if step.gate is not None and start + size >= len(text):
                 await asyncio.to_thread(step.gate.wait, 60)
             yield chunk({"content": text[start : start + size]})
+            if start == 0:
+                self.first_text.append((received, time.time()))
             await asyncio.sleep(step.chunk_delay)
         self.text_done_at = time.monotonic()
         for n, call in enumerate(self._calls(step)):
