@@ -97,10 +97,13 @@ def measure(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="20 turns (well within a minute)")
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--chunk-ms", type=float, default=10.0)
     parser.add_argument("--model-first-ms", type=float, default=0.0, help="model's own TTFT")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.turns = min(args.turns, 20)
     work = Path(tempfile.mkdtemp(prefix="hermes-bench-stream-"))
     children = Children(work)
     fake = FakeOpenAI()
