@@ -1,0 +1,1 @@
+"""Signal's receiver: polls signal-cli-rest-api for the account's envelopes."""
