@@ -95,9 +95,7 @@ def texts(daemon: FakeSignalDaemon, recipient: str) -> list[str]:
 def test_dm_group_redelivery_malformed_allow_list_title_and_new(
     hermes_env: dict[str, str], redis_url: str, daemon: FakeSignalDaemon
 ) -> None:
-    settings = signal_settings(
-        hermes_env, redis_url, daemon, allowed_users=f"{USER},+15557770002"
-    )
+    settings = signal_settings(hermes_env, redis_url, daemon, allowed_users=f"{USER},+15557770002")
     store = open_store(settings.resolved_database_url)
     try:
         with fleet(settings, store):
@@ -172,8 +170,12 @@ def test_an_attachment_is_fetched_from_the_daemon_and_a_long_reply_split_at_2000
                     "see attached",
                     timestamp=1_700_000_000_010,
                     attachments=[
-                        {"contentType": "text/plain", "filename": "notes.txt", "id": "att1.txt",
-                         "size": len(notes)},  # fmt: skip
+                        {
+                            "contentType": "text/plain",
+                            "filename": "notes.txt",
+                            "id": "att1.txt",
+                            "size": len(notes),
+                        },
                     ],
                 )
             )
