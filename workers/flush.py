@@ -30,11 +30,6 @@ class FlushResult:
     retry_in: float | None = None
 
 
-# When a reply's lane is busy: a delivery task looks at it again this much later (cheap when
-# the holder sent it: an empty lane is let go at once).
-BUSY_LOOK_AGAIN_SECONDS = 2.0
-
-
 def lane_lease_name(lane: str) -> str:
     return f"lane:{lane}"
 
@@ -63,7 +58,13 @@ def open_lane(conn: Connection, holder: str, lane: str, now: float) -> Opened:
     name = lane_lease_name(lane)
     lease = leases.acquire_lane(conn, name, holder, now, LANE_TTL)
     if lease is None:
-        cooldown = leases.cooldown_until(conn, name)
+        # Busy by what was committed when this statement began. The holder may be inside its
+        # look-and-let-go write right now, having looked before our replies were committed: on
+        # PostgreSQL that write runs beside ours. Locking the lease row orders the two: if the
+        # holder's write is in flight we wait for it and try again on what it left (let go:
+        # ours now); if ours is first, its write waits for our commit and its look sees our
+        # replies. (The holder's write takes the row first: check_named or acquire.)
+        cooldown = leases.cooldown_until(conn, name, lock=True)
         if cooldown is not None and cooldown > now:
             return Opened(None, [], cooldown_left=cooldown - now)
         lease = leases.acquire_named(conn, name, holder, now, LANE_TTL)  # a new lane
@@ -223,12 +224,10 @@ def deliver_now(rt: Runtime, lane: str, opened: Opened | None = None) -> None:
     falls back to a delivery task.
     """
     try:
-        result = flush(rt, lane) if opened is None else send_opened(rt, lane, opened)
-        if result.reason == "busy":
-            # The holder looks for more and lets go in one write, which on SQLite no reply can
-            # interleave with. On PostgreSQL one committed while that write runs can be missed
-            # (seen in the e2e suite: a reply waited for the redrive sweep), so look again soon.
-            rt.waker.deliver(lane, countdown=BUSY_LOOK_AGAIN_SECONDS)
+        if opened is None:
+            flush(rt, lane)
+        else:
+            send_opened(rt, lane, opened)
     except Exception as exc:
         log.warning("inline delivery to %s failed (%s); queued for a delivery worker", lane, exc)
         rt.waker.deliver(lane)

@@ -72,6 +72,14 @@ _RELEASE_NAMED_COOLING = Prepared(
     _RELEASE_NAMED_STATEMENT.values(cooldown_until=bindparam("b_cooldown"))
 )
 _COOLDOWN = Prepared(select(leases.c.cooldown_until).where(leases.c.name == bindparam("b_name")))
+# The same read after any write in flight on the lease has committed, and keeping others' writes
+# to it out until this transaction ends (FOR NO KEY UPDATE on PostgreSQL; SQLite compiles no
+# lock clause: its one writer already serializes).
+_COOLDOWN_LOCKED = Prepared(
+    select(leases.c.cooldown_until)
+    .where(leases.c.name == bindparam("b_name"))
+    .with_for_update(key_share=True)
+)
 _LIVE_NAMED = select(leases.c.name).where(
     leases.c.name.like(bindparam("b_pattern"), escape=ESCAPE),
     leases.c.holder.is_not(None),
@@ -122,8 +130,10 @@ def release_named(conn: Connection, lease: Lease, *, cooldown_until: float | Non
         _RELEASE_NAMED_COOLING.rowcount(conn, {**params, "b_cooldown": cooldown_until})
 
 
-def cooldown_until(conn: Connection, name: str) -> float | None:
-    value = _COOLDOWN.scalar(conn, {"b_name": name})
+def cooldown_until(conn: Connection, name: str, *, lock: bool = False) -> float | None:
+    """The lane's cooldown; with `lock`, read once any write in flight on its lease committed,
+    and holding that lease's row until this transaction ends (see flush.open_lane)."""
+    value = (_COOLDOWN_LOCKED if lock else _COOLDOWN).scalar(conn, {"b_name": name})
     return float(value) if value is not None else None
 
 

@@ -25,11 +25,13 @@ from producers.intake import accept, checked, record
 from shared.db import Connection, Store, TitleInUse, open_store
 from shared.db.migrate import HEAD, current_revision
 from shared.db.schema import inbox, routes
+from shared.pipeline import leases, outbox
 from shared.ports import RecordingWaker
 from shared.settings import Settings
 from shared.store import memory
 from shared.store.sessions import create_session, get_session, set_title
 from tests.pipeline_helpers import turn
+from workers import flush
 
 pytestmark = pytest.mark.both_databases
 
@@ -192,6 +194,37 @@ def test_the_same_note_saved_by_two_turns_at_once_is_kept_once_interleaved(
     assert second.join() == first
     with store.read() as conn:
         assert memory.count_notes(conn, owner) == 1
+
+
+# --- chat lanes ---
+
+
+def test_a_reply_committed_while_the_holder_lets_go_is_sent_interleaved(store: Store) -> None:
+    """The holder looks for more and lets go in one write; a reply written meanwhile must be
+    seen by that look or find the lane free (here the holder has looked, found nothing and
+    let go, uncommitted, when the reply's writer tries the lane)."""
+    postgres_only(store)
+    lane = outbox.lane_for("telegram", "42")
+    with store.write() as conn:
+        first = outbox.add(conn, platform="telegram", chat_id="42", text="one", now=1.0)
+        opened = flush.open_lane(conn, "holder", lane, 1.0)
+    assert opened.lease is not None and [row.id for row in opened.rows] == [first.id]
+
+    def reply(conn: Connection) -> tuple[outbox.OutboxRow, flush.Opened]:
+        row = outbox.add(conn, platform="telegram", chat_id="42", text="two", now=2.0)
+        return row, flush.open_lane(conn, "writer", lane, 2.0)
+
+    lease = opened.lease
+    with store.write() as conn:  # the holder's write after sending "one" (as _send_one's)
+        leases.check_named(conn, lease, 2.0, flush.LANE_TTL)
+        outbox.mark_sent(conn, first.id, "m1", 2.0)
+        assert flush._pending_or_release(conn, lease) == []
+        second = Second(store, reply)
+        second.blocked_or_done(store)
+    second_row, second_opened = second.join()
+    # Left with the lane free and the reply pending, nobody would send it until a redrive.
+    assert second_opened.lease is not None and second_opened.lease.holder == "writer"
+    assert [row.id for row in second_opened.rows] == [second_row.id]
 
 
 # --- migrations ---
