@@ -110,7 +110,10 @@ def _pending_or_release(conn: Connection, lease: leases.Lease) -> list[outbox.Ou
     """The lane's next rows; with none, the lease is let go in this same write.
 
     Checking and releasing in one write transaction means a reply committed after it finds the
-    lane free when its wake-up runs, and one committed before it is seen here.
+    lane free when its wake-up runs, and one committed before it is seen here. On PostgreSQL
+    the two writes can run side by side: the caller has already written the lease row in this
+    transaction (acquire or check_named), and a reply's writer that finds the lane busy waits
+    on that row (open_lane), so it either takes the lane we let go or commits before we look.
     """
     rows = outbox.pending(conn, lease.name.removeprefix("lane:"), limit=PAGE)
     if not rows:
