@@ -279,6 +279,18 @@ handoffs = Table(
     Index("ix_handoffs_status", "status"),
 )
 
+# --- platform cursors (revision 0018) ---
+
+# Where a polling receiver resumes: one row per (platform, account), e.g. Matrix's `next_batch`.
+platform_cursors = Table(
+    "platform_cursors",
+    metadata,
+    Column("platform", Text, primary_key=True),
+    Column("account", Text, primary_key=True),
+    Column("cursor", Text, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
 # --- the usage ledger (revision 0008) ---
 
 Tokens = BigInteger

@@ -1,0 +1,1 @@
+"""Matrix receiver: the `/sync` long poll (matrix-nio)."""
