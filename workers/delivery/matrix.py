@@ -165,7 +165,6 @@ class MediaFetcher:
     def __init__(self, *, homeserver: str, token: str) -> None:
         self._homeserver = homeserver.rstrip("/")
         self._token = token
-        self._client = httpx.Client(timeout=TIMEOUT, follow_redirects=True)
 
     def url_of(self, mxc: str) -> str:
         server, _, media = mxc.removeprefix("mxc://").partition("/")
@@ -180,15 +179,15 @@ class MediaFetcher:
         url = self.url_of(attachment.url or "")
         if attachment.size is not None and attachment.size > max_bytes:
             raise FetchFailed(f"{attachment.size} bytes is over the {max_bytes}-byte limit")
-        try:
-            return _download(
-                self._client, url, max_bytes, headers={"Authorization": f"Bearer {self._token}"}
-            )
+        headers = {"Authorization": f"Bearer {self._token}"}
+        try:  # a client per download: attachments are rare, and no pool outlives the turn
+            with httpx.Client(timeout=TIMEOUT, follow_redirects=True) as client:
+                return _download(client, url, max_bytes, headers=headers)
         except httpx.HTTPError as exc:
             raise FetchFailed(f"{type(exc).__name__}: {exc}".replace(self._token, "***")) from None
 
     def close(self) -> None:
-        self._client.close()
+        pass
 
 
 def build(conf: MatrixSettings, deps: SenderDeps) -> MatrixSender:
