@@ -5,7 +5,7 @@ COPY pyproject.toml README.md beat_schedule.py ./
 COPY shared ./shared
 COPY workers ./workers
 COPY producers ./producers
-RUN pip install --no-cache-dir ".[flower,postgres,telegram,slack,discord,whatsapp,sms,teams,signal]"
+RUN pip install --no-cache-dir ".[flower,postgres,telegram,slack,discord,whatsapp,sms,teams,signal,matrix]"
 ENV HERMES_HOME=/data
 VOLUME /data
 CMD ["hermes", "up"]

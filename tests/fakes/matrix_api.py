@@ -166,7 +166,7 @@ class FakeMatrix:
                         "origin_server_ts": 1_700_000_000_000,
                         "content": content,
                     },
-                )  # fmt: skip
+                )
             )
         return JSONResponse({"event_id": event_id})
 
