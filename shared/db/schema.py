@@ -279,7 +279,7 @@ handoffs = Table(
     Index("ix_handoffs_status", "status"),
 )
 
-# --- platform cursors (revision 0018) ---
+# --- platform cursors (revision 0016) ---
 
 # Where a polling receiver resumes: one row per (platform, account), e.g. Matrix's `next_batch`.
 platform_cursors = Table(
