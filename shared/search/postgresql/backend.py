@@ -54,6 +54,7 @@ BATCH = 64  # hits fetched at a time in id order
 SCAN_ROWS = 2000  # newest substring-indexed messages checked directly for a short term
 SCAN_CHUNK = 500
 RANK_NORMALIZATION = 1  # ts_rank divided by 1 + log(length): shorter messages first, like bm25
+FEW = 1000  # a word query with at most this many matches reads them all from the word index
 
 DB = psycopg.Connection[Any]
 
@@ -92,17 +93,58 @@ def _plain(only: bool) -> str:
     return f" AND NOT {ddl.unsegmented()}" if only else ""
 
 
+def _few(db: DB, tsquery: str) -> list[int] | None:
+    """Every message matching `tsquery` when there are at most FEW of them, else None.
+
+    Read through the word index only (bitmap scan, no id order): with `ORDER BY id LIMIT n`
+    the planner walks the primary key and filters whenever it expects many matches, and for a
+    word it misjudges as common that walk reads most of the table (seconds at 1.5M messages).
+    A common word's bitmap stops after FEW+1 rows, so the probe stays cheap either way."""
+    saved = db.execute(
+        "SELECT current_setting('enable_seqscan'), current_setting('enable_indexscan')"
+    ).fetchone()
+    db.execute(
+        "SELECT set_config('enable_seqscan', 'off', true),"
+        " set_config('enable_indexscan', 'off', true)"
+    )
+    try:
+        rows = db.execute(
+            f"SELECT m.id FROM messages AS m WHERE m.search_words @@ %s::tsquery LIMIT {FEW + 1}",
+            [tsquery],
+        ).fetchall()
+    finally:
+        assert saved is not None
+        db.execute(
+            "SELECT set_config('enable_seqscan', %s, true),"
+            " set_config('enable_indexscan', %s, true)",
+            [saved[0], saved[1]],
+        )
+    return None if len(rows) > FEW else [int(row[0]) for row in rows]
+
+
+def _within(ids: list[int] | None, params: list[object]) -> str:
+    """Restrict to the probed matches (a primary-key lookup), when there are few."""
+    if ids is None:
+        return ""
+    params.append(ids)
+    return " AND m.id = ANY(%s)"
+
+
 def _ordered_words(
     db: DB, tsquery: str, filters: Filters, order: Order, plain: bool
 ) -> Iterator[Hit]:
     cursor: int | None = None
+    few = _few(db, tsquery)
+    if few == []:
+        return
     while True:
         params: list[object] = [tsquery]
+        inside = _within(few, params)
         bound = _past(order, cursor, params)
         join, where = _filter_sql(filters, params)
         rows = db.execute(
             f"SELECT m.id, m.session_id FROM messages AS m{join}"
-            f" WHERE m.search_words @@ %s::tsquery{bound}{where}{_plain(plain)}"
+            f" WHERE m.search_words @@ %s::tsquery{inside}{bound}{where}{_plain(plain)}"
             f" ORDER BY m.id {_direction(order)} LIMIT {BATCH}",
             params,
         ).fetchall()
@@ -117,15 +159,19 @@ def _ranked_words(db: DB, tsquery: str, filters: Filters, plain: bool) -> Iterat
     """ts_rank order inside windows of the newest RANK_WINDOW matches, newest window first;
     the rank is computed on the window's rows only."""
     upper: int | None = None
+    few = _few(db, tsquery)
+    if few == []:
+        return
     for _ in range(MAX_WINDOWS):
         params: list[object] = [tsquery, tsquery]
+        inside = _within(few, params)
         bound = _past(Order.NEWEST, upper, params)
         join, where = _filter_sql(filters, params)
         rows = db.execute(
             f"SELECT w.id, w.session_id, ts_rank(w.search_words, %s::tsquery,"
             f" {RANK_NORMALIZATION}) FROM (SELECT m.id, m.session_id, m.search_words"
-            f" FROM messages AS m{join} WHERE m.search_words @@ %s::tsquery{bound}{where}"
-            f"{_plain(plain)} ORDER BY m.id DESC LIMIT {RANK_WINDOW}) AS w",
+            f" FROM messages AS m{join} WHERE m.search_words @@ %s::tsquery{inside}{bound}"
+            f"{where}{_plain(plain)} ORDER BY m.id DESC LIMIT {RANK_WINDOW}) AS w",
             params,
         ).fetchall()
         rows.sort(key=lambda r: (-float(r[2]), -int(r[0])))
