@@ -55,6 +55,7 @@ SCAN_ROWS = 2000  # newest substring-indexed messages checked directly for a sho
 SCAN_CHUNK = 500
 RANK_NORMALIZATION = 1  # ts_rank divided by 1 + log(length): shorter messages first, like bm25
 FEW = 1000  # a word query with at most this many matches reads them all from the word index
+PROBE_SQL = f"SELECT m.id FROM messages AS m WHERE m.search_words @@ %s::tsquery LIMIT {FEW + 1}"
 
 DB = psycopg.Connection[Any]
 
@@ -109,7 +110,7 @@ def _few(db: DB, tsquery: str) -> list[int] | None:
     )
     try:
         rows = db.execute(
-            f"SELECT m.id FROM messages AS m WHERE m.search_words @@ %s::tsquery LIMIT {FEW + 1}",
+            PROBE_SQL,
             [tsquery],
         ).fetchall()
     finally:
