@@ -20,10 +20,15 @@ from shared.db.group_commit import GroupCommit
 
 T = TypeVar("T")
 
-# SQLite stores open in this process, per file: (pid, path) -> count. The WAL check must not
-# run while this process has the file open (it takes a POSIX lock, and closing its descriptor
-# would drop the locks SQLite holds on the same file).
+# SQLite stores open in this process, per file: (pid, path) -> count. POSIX locks belong to
+# the process, and closing any descriptor of a file drops every lock the process holds on it:
+# the open-time checks read state.db and its -shm through descriptors of their own, so they run
+# only while no store of this process has the file open, or they would drop the locks SQLite's
+# connections hold (another process closing its last connection would then take itself for the
+# last one anywhere and delete the WAL under them). `_OPENING` makes "look at the count, check,
+# count" one step between threads.
 _OPEN: dict[tuple[int, str], int] = {}
+_OPENING = threading.Lock()
 
 
 class Store:
@@ -193,10 +198,11 @@ class Store:
     def close(self) -> None:
         if self._counted:
             key = (self._pid, str(self.path))
-            if _OPEN.get(key, 0) > 1:
-                _OPEN[key] -= 1
-            else:
-                _OPEN.pop(key, None)
+            with _OPENING:
+                if _OPEN.get(key, 0) > 1:
+                    _OPEN[key] -= 1
+                else:
+                    _OPEN.pop(key, None)
             self._counted = False
         self._engine.dispose()
         if self._write_engine is not self._engine:
@@ -210,22 +216,25 @@ def connect(url: str) -> Store:
     path: Path | None = None
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
-        # Nothing may open a damaged file (SQLite would make the damage permanent); the WAL
-        # is checked only when no store of this process has the file open already.
-        sqlite_health.check_on_open(path, wal=_OPEN.get((os.getpid(), str(path)), 0) == 0)
-        migrate.preflight(path)  # before prepare_file's chmod and the hook's switch to WAL
-        sqlite.prepare_file(path)
-        # Readers keep their connections: an overflow connection is opened and closed around
-        # one read, and opening one (PRAGMAs, the schema parsed again) costs more than the read.
-        # A threads worker can have dozens of reads open at once (each thread waits its turn
-        # for the GIL between statements); the pool only grows as far as they are used.
-        engine = create_engine(url, pool_size=64, max_overflow=64)
-        sqlite.install_hooks(engine)
-        # One thread writes at a time (the gate); its connection stays open between writes.
-        writes = create_engine(url, pool_size=1, max_overflow=0)
-        sqlite.install_hooks(writes)
         key = (os.getpid(), str(path))
-        _OPEN[key] = _OPEN.get(key, 0) + 1
+        with _OPENING:
+            if _OPEN.get(key, 0) == 0:
+                # Nothing may open a damaged file (SQLite would make the damage permanent);
+                # checked when this process first opens it (see _OPEN for why not again).
+                sqlite_health.check_on_open(path)
+                migrate.preflight(path)  # before prepare_file's chmod and the switch to WAL
+                sqlite.prepare_file(path)
+            # Readers keep their connections: an overflow connection is opened and closed
+            # around one read, and opening one (PRAGMAs, the schema parsed again) costs more
+            # than the read. A threads worker can have dozens of reads open at once (each
+            # thread waits its turn for the GIL between statements); the pool only grows as
+            # far as they are used.
+            engine = create_engine(url, pool_size=64, max_overflow=64)
+            sqlite.install_hooks(engine)
+            # One thread writes at a time (the gate); its connection stays open between writes.
+            writes = create_engine(url, pool_size=1, max_overflow=0)
+            sqlite.install_hooks(writes)
+            _OPEN[key] = _OPEN.get(key, 0) + 1
         store = Store(engine, path, writes)
         store._counted = True
         return store

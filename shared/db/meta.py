@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, insert, select, update
 
+from shared.db.conflict import InsertOrSkip
 from shared.db.schema import state_meta
 
 
@@ -18,15 +19,13 @@ def set_meta(conn: Connection, key: str, value: str) -> None:
         conn.execute(insert(state_meta).values(key=key, value=value))
 
 
+_FIRST_VALUE = InsertOrSkip(state_meta, ("key", "value"), keys=("key",))
+
+
 def meta_once(conn: Connection, key: str, value: str) -> str:
     """The value stored under `key`, storing `value` there first when there is none (the
     first writer wins on both databases; every other one reads the winner's value)."""
-    # Imported here: importing shared.db.conflict when this module loads stalled the chaos
-    # test (its reader never saw a lease); not understood yet — see the closing note.
-    from shared.db.conflict import InsertOrSkip
-
-    first = InsertOrSkip(state_meta, ("key", "value"), keys=("key",))
-    first.rowcount(conn, {"key": key, "value": value})
+    _FIRST_VALUE.rowcount(conn, {"key": key, "value": value})
     stored = get_meta(conn, key)
     assert stored is not None  # inserted just now or by the writer that won
     return stored

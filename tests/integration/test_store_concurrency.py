@@ -275,3 +275,37 @@ def test_processes_opening_a_new_file_at_once_make_one_schema(tmp_path: Path) ->
         assert out.strip() == HEAD
     with raw(tmp_path / "home" / "state.db") as conn:
         assert conn.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0] == 1
+
+
+_OPEN_AND_CLOSE = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1])
+conn.execute("INSERT INTO state_meta (key, value) VALUES ('from-another-process', 'x')")
+conn.commit()
+conn.close()  # deletes the WAL only if it is the last connection to the file anywhere
+"""
+
+
+def test_a_second_store_in_a_process_keeps_the_first_ones_locks(tmp_path: Path) -> None:
+    """POSIX locks belong to the process, and closing any descriptor of a file drops all of
+    them. The open-time checks read state.db (and its -shm) through descriptors of their own:
+    run while this process already had the file open, they dropped the SQLite locks its
+    connections held, so another process closing its connection took itself for the last
+    one and deleted the WAL under them (the chaos test then saw a reader that never saw the
+    workers' writes). A second store of the same file must not touch those descriptors."""
+    path = tmp_path / "state.db"
+    first = open_store(sqlite_url(path))
+    try:
+        with first.write() as conn:  # the file is open in WAL mode, with its -wal and -shm
+            conn.execute(text("INSERT INTO state_meta (key, value) VALUES ('mine', '1')"))
+        with first.read() as conn:
+            conn.execute(text("SELECT 1")).all()
+        second = open_store(sqlite_url(path))
+        second.close()  # this process still has `first` open
+        subprocess.run([sys.executable, "-c", _OPEN_AND_CLOSE, str(path)], check=True)
+        assert Path(f"{path}-wal").exists(), "another process deleted the WAL we still use"
+        with first.read() as conn:
+            keys = conn.execute(text("SELECT key FROM state_meta")).scalars().all()
+        assert "from-another-process" in keys
+    finally:
+        first.close()
