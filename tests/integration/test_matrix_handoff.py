@@ -99,7 +99,12 @@ def test_matrix_handoff_falls_back_to_the_room_when_the_seed_is_refused(
         before = len(fake.sent)
         fake.send_errors.append((403, {"errcode": "M_FORBIDDEN", "error": "no threads here"}))
         assert run_handoff(rt, waker.handoffs[0][0]).outcome == "completed"
-        assert _bound(rt, home.session_key or "") == session_id
+        with mx_store.read() as conn:
+            found = handoffs.get(conn, waker.handoffs[0][0])
+        # the room's own key (everyone in it continues), not the /sethome user's
+        assert found is not None and found.thread_id is None and found.target_key
+        assert found.target_key != home.session_key
+        assert _bound(rt, found.target_key) == session_id
     note, _summary = fake.sent[before:]
     assert note["content"]["body"].startswith("↻ Continuing session ")
     assert "m.relates_to" not in note["content"]
