@@ -16,7 +16,13 @@ class TelegramPlugin(ReceiverPlugin):
         if not conf.enabled or conf.token is None:
             return None
         secret = conf.webhook_secret.get_secret_value() if conf.webhook_secret else None
-        return TelegramReceiver(gateway, token=conf.token.get_secret_value(), secret=secret)
+        return TelegramReceiver(
+            gateway,
+            token=conf.token.get_secret_value(),
+            secret=secret,
+            api_base=conf.api_base or "",
+            username=conf.username,
+        )
 
     def options(self, conf: TelegramSettings, given: Options) -> dict[str, Any]:
         chosen = super().options(conf, given)

@@ -6,6 +6,12 @@ the turn is committed. An update that is not a turn (edits, reactions, kinds we 
 is answered 200 and ignored, or Telegram would redeliver it for a day. A refused user gets
 one short refusal, sent inline as the webhook's answer (a `sendMessage` method payload).
 
+Groups: only messages addressed to the bot are turns (translate.py), which needs the bot's
+@username: `platforms.telegram.username`, or else one getMe, the first time a group message
+naming some @account (or `/cmd@bot`) would be ignored without it. A getMe that fails is a
+transient error (503 to the webhook, a retry when polling): guessing would either answer
+every message in a group or none of the mentions.
+
 Polling, for machines without inbound access: the webhook is removed without dropping what is
 pending, then getUpdates from the first unconfirmed update; the offset moves past an update
 only once it is recorded (or proved unrecordable), so a crash or a database error means the
@@ -27,10 +33,12 @@ from starlette.responses import JSONResponse, Response
 from producers.gateway.body import BadRequest, media_type, parse_json, read_body
 from producers.gateway.deps import Gateway
 from producers.telegram.translate import (
+    NOT_ADDRESSED,
     BadUpdate,
     Ignored,
     Migration,
     bot_id_of,
+    may_name_a_bot,
     migration,
     translate,
 )
@@ -50,10 +58,22 @@ EMPTY = b"{}"  # the usual answer: nothing to send back
 
 
 class TelegramReceiver:
-    def __init__(self, gateway: Gateway, *, token: str, secret: str | None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        token: str,
+        secret: str | None,
+        api_base: str = "",
+        username: str | None = None,
+    ) -> None:
         self.gateway = gateway
         self.bot_id = bot_id_of(token)
+        self.username = username.lstrip("@") if username else None
+        self._token = token
+        self._api_base = api_base
         self._secret = secret.encode() if secret else None
+        self._asking: asyncio.Lock | None = None
 
     # --- the webhook ---
 
@@ -84,10 +104,13 @@ class TelegramReceiver:
         (the app answers 503 and Telegram redelivers).
         """
         try:  # validate the whole update (both chat ids too) before anything changes
-            result = translate(update, bot_id=self.bot_id)
+            result = translate(update, bot_id=self.bot_id, bot_username=self.username)
             moved = migration(update)
         except BadUpdate as exc:
             raise BadRequest(400, str(exc)) from None
+        if result == NOT_ADDRESSED and self.username is None and may_name_a_bot(update):
+            await self._learn_username()  # only a name can tell whether it was meant for us
+            result = translate(update, bot_id=self.bot_id, bot_username=self.username)
         if moved is not None:
             await to_thread.run_sync(self._migrate, moved)
         if isinstance(result, Ignored):
@@ -102,10 +125,44 @@ class TelegramReceiver:
             log.warning("telegram update %s not recorded: %s", result.event_id, exc)
         return None
 
+    async def _learn_username(self) -> None:
+        """The bot's @username from getMe, once (concurrent first messages wait for one call).
+        Raises UsernameUnknown (an OSError: transient, so the update comes again)."""
+        self._asking = self._asking or asyncio.Lock()
+        async with self._asking:
+            if self.username is not None:
+                return
+            self.username = await fetch_username(self._token, self._api_base)
+            log.info("telegram bot is @%s", self.username)
+
     def _migrate(self, moved: Migration) -> None:
         with self.gateway.store.write() as conn:
             done = chats.migrate_chat(conn, TELEGRAM, moved.old, moved.new, self.gateway.clock())
         log.info("telegram chat %s migrated to %s: %s", moved.old, moved.new, done)
+
+
+class UsernameUnknown(ConnectionError):
+    """getMe failed: the update cannot be judged yet (a transient error, like a store one)."""
+
+
+async def fetch_username(token: str, api_base: str) -> str:
+    """getMe's username, through python-telegram-bot (its error text has the token removed)."""
+    from telegram import Bot
+    from telegram.error import TelegramError
+    from telegram.request import HTTPXRequest
+
+    request = HTTPXRequest(connection_pool_size=1)
+    bot = Bot(token, base_url=api_base, request=request, get_updates_request=request)
+    try:
+        me = await bot.get_me()
+    except (TelegramError, OSError) as exc:
+        said = str(exc).replace(token, "***")
+        raise UsernameUnknown(f"getMe failed: {type(exc).__name__}: {said}") from None
+    finally:
+        await request.shutdown()
+    if not me.username:
+        raise UsernameUnknown("getMe answered without a username")
+    return str(me.username)
 
 
 def send_message_payload(turn: InboundTurn, text: str) -> dict[str, Any]:

@@ -14,6 +14,12 @@ Pure: no I/O, no SDK. Decisions it pins (golden files in tests/fixtures/telegram
   the room's shared session takes it.
 - Files are referenced as `telegram:file/<file_id>`: the download URL embeds the bot token
   and is never stored.
+- In groups only messages addressed to the bot are turns, as on Slack and Discord (and with
+  privacy mode off, when Telegram sends the bot everything): a `mention` entity of its
+  @username or a `text_mention` of its id, a reply to one of its messages (a topic the bot
+  opened counts: every message there replies to the bot's topic root), `/cmd@its_username`,
+  or a bare `/cmd` the gateway knows (other bots in the room have commands of their own). A
+  leading @mention is removed, so `@bot /new` is /new. Private chats: every message.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from shared.commands import KNOWN, parse_command
 from shared.platforms import DM, GROUP, TELEGRAM
 from shared.turns import Attachment, InboundTurn
 
@@ -41,6 +48,9 @@ class BadUpdate(ValueError):
 @dataclass(frozen=True, slots=True)
 class Ignored:
     reason: str
+
+
+NOT_ADDRESSED = Ignored("not addressed to the bot")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +144,14 @@ def _chat_number(value: Any, what: str) -> str:
     return str(value)
 
 
+def may_name_a_bot(update: Any) -> bool:
+    """Whether `update`'s text has an `@`: only then can the bot's username change a verdict."""
+    msg = update.get("message") if isinstance(update, dict) else None
+    if not isinstance(msg, dict):
+        return False
+    return any(isinstance(msg.get(k), str) and "@" in msg[k] for k in ("text", "caption"))
+
+
 def migration(update: Any) -> Migration | None:
     """The chat-id change a service message announces (either side of it), if any.
 
@@ -152,8 +170,80 @@ def migration(update: Any) -> Migration | None:
     return None
 
 
-def translate(update: Any, *, bot_id: str) -> InboundTurn | Ignored:
-    """One update → the turn it carries, or why it carries none. Raises BadUpdate."""
+def _entity_texts(text: str, entities: Any, kind: str) -> list[dict[str, Any]]:
+    """`entities` of `kind`, each with the text it covers (`_text`; offsets count UTF-16)."""
+    if not isinstance(entities, list):
+        return []
+    units = text.encode("utf-16-le", errors="surrogatepass")
+    found = []
+    for entity in entities:
+        if not isinstance(entity, dict) or entity.get("type") != kind:
+            continue
+        start, length = entity.get("offset"), entity.get("length")
+        if not isinstance(start, int) or not isinstance(length, int) or start < 0:
+            continue
+        said = units[2 * start : 2 * (start + length)].decode("utf-16-le", errors="replace")
+        found.append({**entity, "_text": said})
+    return found
+
+
+def _mentions_bot(msg: dict[str, Any], text: str, bot_id: str, username: str | None) -> bool:
+    entities = (
+        msg.get("entities") if isinstance(msg.get("text"), str) else msg.get("caption_entities")
+    )
+    for entity in _entity_texts(text, entities, "text_mention"):
+        user = entity.get("user")
+        if isinstance(user, dict) and str(user.get("id")) == bot_id:
+            return True
+    if username is None:
+        return False
+    handle = "@" + username.lower()
+    return any(e["_text"].lower() == handle for e in _entity_texts(text, entities, "mention"))
+
+
+def _command_for_bot(text: str, username: str | None) -> bool:
+    """`/cmd@our_username` (any command), or a bare `/cmd` that the gateway knows."""
+    command = parse_command(text)
+    if command is None:
+        return False
+    head = text.split(maxsplit=1)[0]
+    if "@" in head:
+        return username is not None and head.split("@", 1)[1].lower() == username.lower()
+    return command.name in KNOWN
+
+
+def _addressed(msg: dict[str, Any], text: str, bot_id: str, username: str | None) -> bool:
+    replied = msg.get("reply_to_message")
+    author = replied.get("from") if isinstance(replied, dict) else None
+    if isinstance(author, dict) and str(author.get("id")) == bot_id:
+        return True
+    return _mentions_bot(msg, text, bot_id, username) or _command_for_bot(text, username)
+
+
+def _reply_to(msg: dict[str, Any], thread_id: str | None) -> str | None:
+    """The message replied to, unless it is only the topic's root (every topic message has it)."""
+    replied = msg.get("reply_to_message")
+    if not isinstance(replied, dict) or replied.get("message_id") is None:
+        return None
+    is_topic_root = thread_id is not None and str(replied["message_id"]) == thread_id
+    if is_topic_root or "forum_topic_created" in replied:
+        return None
+    return str(replied["message_id"])
+
+
+def _strip_mention(text: str, username: str | None) -> str:
+    if username is None:
+        return text
+    return re.sub(rf"^\s*@{re.escape(username)}\b[\s:,]*", "", text, flags=re.IGNORECASE)
+
+
+def translate(
+    update: Any, *, bot_id: str, bot_username: str | None = None
+) -> InboundTurn | Ignored:
+    """One update → the turn it carries, or why it carries none. Raises BadUpdate.
+
+    `bot_username` (without the @) recognises @mentions and `/cmd@name` in groups; without
+    it, only replies to the bot, text mentions of its id and bare known commands count."""
     number = update_id(update)
     if "message" not in update:
         for kind, reason in IGNORED_KINDS.items():
@@ -179,14 +269,13 @@ def translate(update: Any, *, bot_id: str) -> InboundTurn | Ignored:
     thread_id = None
     if msg.get("is_topic_message") and msg.get("message_thread_id") is not None:
         thread_id = _id(msg["message_thread_id"], "message_thread_id")
-    reply_to = None
-    replied = msg.get("reply_to_message")
-    if isinstance(replied, dict) and replied.get("message_id") is not None:
-        is_topic_root = thread_id is not None and str(replied["message_id"]) == thread_id
-        if not is_topic_root and "forum_topic_created" not in replied:
-            reply_to = str(replied["message_id"])
+    reply_to = _reply_to(msg, thread_id)
     text = msg.get("text") if isinstance(msg.get("text"), str) else msg.get("caption")
     text = text if isinstance(text, str) else ""
+    if chat_type == GROUP:
+        if not _addressed(msg, text, bot_id, bot_username):
+            return NOT_ADDRESSED
+        text = _strip_mention(text, bot_username)
     attachments = _attachments(msg)
     if not text.strip() and not attachments:
         return Ignored("nothing to answer (no text or file)")

@@ -17,12 +17,16 @@ class TelegramSettings(PlatformSettings):
     blank_is_unset: ClassVar[frozenset[str]] = PlatformSettings.blank_is_unset | {
         "webhook_secret",
         "webhook_url",
+        "username",
     }
 
     api_base: str | None = "https://api.telegram.org/bot"
     webhook_secret: SecretStr | None = None
     polling: bool = False  # long polling instead of the webhook (no inbound access needed)
     webhook_url: str | None = None  # public URL of /telegram/webhook, registered at start
+    # The bot's @username (without the @), which group messages mention; unset: asked of the
+    # Bot API (getMe) once per receiver process, on the first group message.
+    username: str | None = None
 
 
 def chat_type_of(chat_id: str) -> str:

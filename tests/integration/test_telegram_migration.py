@@ -36,6 +36,7 @@ def served(
         "HERMES_PLATFORMS__TELEGRAM__TOKEN": TOKEN,
         "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": SECRET,
         "HERMES_PLATFORMS__TELEGRAM__API_BASE": "http://127.0.0.1:9/bot",  # never called
+        "HERMES_PLATFORMS__TELEGRAM__USERNAME": "hermes_bot",
     }
     proc = start_gateway(env, hermes_home, "telegram", port)
     store = open_store(load_settings(env).resolved_database_url)

@@ -35,6 +35,7 @@ def tg_settings(hermes_env: dict[str, str]) -> Settings:
             **hermes_env,
             "HERMES_PLATFORMS__TELEGRAM__TOKEN": TOKEN,
             "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": SECRET,
+            "HERMES_PLATFORMS__TELEGRAM__USERNAME": "hermes_bot",
         }
     )
 
@@ -187,6 +188,7 @@ def test_a_user_not_on_the_allow_list_gets_one_refusal_and_nothing_is_stored(
             "HERMES_PLATFORMS__TELEGRAM__TOKEN": TOKEN,
             "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": SECRET,
             "HERMES_PLATFORMS__TELEGRAM__ALLOWED_USERS": "999,222222222",
+            "HERMES_PLATFORMS__TELEGRAM__USERNAME": "hermes_bot",
         }
     )
     client, _ = client_for(settings, store)
@@ -228,7 +230,8 @@ def test_a_migration_message_moves_the_chat(tg_settings: Settings, tg_store: Sto
             "title": "Book club",
             "type": "supergroup",
         }
-        follow["message"]["text"] = "after the upgrade"
+        follow["message"]["text"] = "@hermes_bot after the upgrade"
+        follow["message"]["entities"] = [{"offset": 0, "length": 11, "type": "mention"}]
         assert client.post(URL, json=follow, headers=HEADERS).status_code == 200
     with tg_store.read() as conn:
         routes = conn.execute(
