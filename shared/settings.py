@@ -77,6 +77,16 @@ class PlatformSettings(Section):
         return self.enabled and self.token is not None
 
 
+class EditablePlatformSettings(PlatformSettings):
+    """A platform whose sender can edit a message it sent (Telegram, Slack, Discord): with
+    `stream_edits`, a reply is shown as it is written, by one message edited at most every
+    `stream_edit_interval` seconds (within the fleet's rate limits), then finished by the
+    committed text."""
+
+    stream_edits: bool = False
+    stream_edit_interval: float = Field(1.0, ge=0.25, le=60.0)
+
+
 S = TypeVar("S", bound=PlatformSettings)
 
 

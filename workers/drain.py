@@ -40,9 +40,9 @@ from workers.agent.base import AgentReply, AgentRequest
 from workers.agent.client import Stopped
 from workers.commands import agent as agent_commands
 from workers.commands import run_command
-from workers.live import live_for
 from workers.renewer import Held
 from workers.runtime import Runtime
+from workers.stream_edits import streaming
 from workers.typing import typing_while
 
 log = logging.getLogger(__name__)
@@ -279,14 +279,14 @@ def _run_turn(
         session = session_rows.require_session(conn, session_id)
         history = messages.last_messages(conn, session_id, HISTORY_MESSAGES)
     try:
-        with typing_while(rt.senders, turn):
+        with typing_while(rt.senders, turn), streaming(rt, turn) as live:
             reply = rt.agent.respond(
                 AgentRequest(
                     session=session,
                     history=history,
                     turn=turn,
                     should_stop=held.should_stop,
-                    live=live_for(rt.redis, turn.id),
+                    live=live,
                 )
             )
     except Exception as exc:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from shared.platforms import DISCORD
 from shared.platforms.descriptor import Platform, Sdk
-from shared.settings import PlatformSettings
+from shared.settings import EditablePlatformSettings
 
 DISCORD_PY = Sdk("discord", "discord.py")
 
 
-class DiscordSettings(PlatformSettings):
+class DiscordSettings(EditablePlatformSettings):
     api_base: str | None = "https://discord.com/api/v10"
 
 

@@ -8,13 +8,13 @@ from pydantic import SecretStr
 
 from shared.platforms import CHANNEL, DM, SLACK
 from shared.platforms.descriptor import Platform, Route, Sdk
-from shared.settings import PlatformSettings
+from shared.settings import EditablePlatformSettings, PlatformSettings
 
 SLACK_SDK = Sdk("slack_sdk", "slack_sdk")
 AIOHTTP = Sdk("aiohttp", "aiohttp")  # Socket Mode's transport
 
 
-class SlackSettings(PlatformSettings):
+class SlackSettings(EditablePlatformSettings):
     blank_is_unset: ClassVar[frozenset[str]] = PlatformSettings.blank_is_unset | {
         "signing_secret",
         "app_token",

@@ -8,12 +8,12 @@ from pydantic import SecretStr
 
 from shared.platforms import DM, GROUP, TELEGRAM
 from shared.platforms.descriptor import Platform, Route, Sdk
-from shared.settings import PlatformSettings
+from shared.settings import EditablePlatformSettings, PlatformSettings
 
 TELEGRAM_BOT = Sdk("telegram", "python-telegram-bot")
 
 
-class TelegramSettings(PlatformSettings):
+class TelegramSettings(EditablePlatformSettings):
     blank_is_unset: ClassVar[frozenset[str]] = PlatformSettings.blank_is_unset | {
         "webhook_secret",
         "webhook_url",

@@ -45,6 +45,8 @@ class FakeDiscord:
     identified: threading.Event = field(default_factory=threading.Event)
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
     _nonces: dict[str, dict[str, Any]] = field(default_factory=dict)
+    messages: dict[str, tuple[str, str]] = field(default_factory=dict)  # id → (channel, content)
+    edits: list[Call] = field(default_factory=list)  # PATCHes of a message's content
     _ids: Any = field(default_factory=lambda: itertools.count(1_200_000_000_000_000_000))
     _seq: Any = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -72,6 +74,14 @@ class FakeDiscord:
             return [
                 c.body for c in self.calls if c.ok and (channel is None or c.channel == channel)
             ]
+
+    def shown(self, channel: str) -> list[str]:
+        """What the channel shows now: each message's current content, oldest first."""
+        with self._lock:
+            found = sorted(
+                (int(mid), text) for mid, (ch, text) in self.messages.items() if ch == channel
+            )
+        return [text for _, text in found]
 
     def dispatch(self, event: str, data: dict[str, Any]) -> None:
         assert self._loop is not None
@@ -209,6 +219,7 @@ class FakeDiscord:
         with self._lock:
             if nonce is not None:
                 self._nonces[nonce] = message
+            self.messages[message["id"]] = (channel, str(message["content"]))
         remaining = "0" if answer == "empty" else "4"
         headers = {
             "X-RateLimit-Bucket": f"bucket-{channel}",
@@ -217,6 +228,21 @@ class FakeDiscord:
             "X-RateLimit-Reset-After": "1.5",
         }
         return _json(message, headers=headers)
+
+    async def edit_message(self, request: web.Request) -> web.Response:
+        if not self._authorised(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        channel, number = request.match_info["channel"], request.match_info["message"]
+        body = await request.json()
+        with self._lock:
+            if self.messages.get(number, ("", ""))[0] != channel:
+                return _json({"message": "Unknown Message", "code": 10008}, status=404)
+            self.messages[number] = (channel, str(body.get("content", "")))
+            self.edits.append(Call(channel, {**body, "id": number}, time.time(), ok=True))
+        message = {"id": number, "channel_id": channel, "content": body.get("content", ""),
+                   "author": self._user(), "type": 0,
+                   "edited_timestamp": "2026-01-01T00:00:01.000000+00:00"}  # fmt: skip
+        return _json(message)
 
     # --- the gateway ---
 
@@ -272,6 +298,7 @@ class FakeDiscord:
         app.router.add_get("/api/v10/channels/{channel}", self.channel)
         app.router.add_post("/api/v10/channels/{channel}/messages", self.create_message)
         app.router.add_post("/api/v10/channels/{channel}/threads", self.create_thread)
+        app.router.add_patch("/api/v10/channels/{channel}/messages/{message}", self.edit_message)
         app.router.add_post("/api/v10/channels/{channel}/typing", self.trigger_typing)
         app.router.add_get("/gateway", self.gateway)
         return app

@@ -2,6 +2,8 @@
 
 `fake.script("chat.postMessage", "429:2", "403", "drop", "channel_not_found")`: each call
 takes the next answer ("ok" when empty). 429 answers carry `Retry-After`, as Slack's do.
+Posted messages are kept (`shown`); chat.update changes them (`message_not_found` for one
+that was never posted), and assistant.threads.setStatus is recorded like any call.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class FakeSlack:
     served: Served | None = None
     files: dict[str, bytes] = field(default_factory=dict)  # name → content (url_private)
     downloads: list[tuple[str, str | None]] = field(default_factory=list)  # (name, Authorization)
+    messages: dict[tuple[str, str], str] = field(default_factory=dict)  # (channel, ts) → text
     _ts: Any = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -49,6 +52,12 @@ class FakeSlack:
     def sent(self, method: str = "chat.postMessage") -> list[dict[str, Any]]:
         with self._lock:
             return [c.params for c in self.calls if c.method == method and c.ok]
+
+    def shown(self, channel: str) -> list[str]:
+        """What the channel shows now: each message's current text, oldest first."""
+        with self._lock:
+            found = sorted((ts, text) for (ch, ts), text in self.messages.items() if ch == channel)
+        return [text for _, text in found]
 
     @property
     def api_base(self) -> str:
@@ -83,13 +92,29 @@ class FakeSlack:
             return JSONResponse({"ok": False, "error": "internal_error"}, status_code=500)
         if answer != "ok":
             return JSONResponse({"ok": False, "error": answer})
+        if method == "chat.update":
+            return self._update(call, params)
         call.ok = True
         ts = f"{1_700_000_000 + next(self._ts)}.000100"
+        if method == "chat.postMessage":
+            with self._lock:
+                self.messages[(str(params.get("channel")), ts)] = str(params.get("text"))
         if method == "chat.postEphemeral":
             return JSONResponse({"ok": True, "message_ts": ts})
         message = {"type": "message", "text": params.get("text"), "ts": ts, "bot_id": "BFAKE"}
         return JSONResponse(
             {"ok": True, "channel": params.get("channel"), "ts": ts, "message": message}
+        )
+
+    def _update(self, call: Call, params: dict[str, Any]) -> Response:
+        key = (str(params.get("channel")), str(params.get("ts")))
+        with self._lock:
+            if key not in self.messages:
+                return JSONResponse({"ok": False, "error": "message_not_found"})
+            self.messages[key] = str(params.get("text"))
+            call.ok = True
+        return JSONResponse(
+            {"ok": True, "channel": key[0], "ts": key[1], "text": params.get("text")}
         )
 
     async def download(self, request: Request) -> Response:

@@ -4,7 +4,9 @@ Script answers with `fake.script("sendMessage", "429:2", "403", "drop", "migrate
 "hang:20")` ("hang:20": ok after 20 s): each call of that method takes the next one ("ok" when
 the script is empty). Chats in `fake.blocked` always answer 403 (the user blocked the bot).
 getUpdates serves `fake.updates` with long polling; confirmed updates (below the offset) are
-forgotten, as Telegram does.
+forgotten, as Telegram does. Sent messages are kept (`shown`: chat → what the chat shows,
+in order); editMessageText changes them (recorded in `edits`), answering "message is not
+modified" and "message to edit not found" as Telegram does.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class FakeTelegram:
     files: dict[str, bytes] = field(default_factory=dict)  # file_id → content (getFile)
     scripts: dict[str, deque[str]] = field(default_factory=lambda: defaultdict(deque))
     served: Served | None = None
+    messages: dict[tuple[str, int], str] = field(default_factory=dict)  # (chat, id) → text
+    edits: list[Call] = field(default_factory=list)  # editMessageText calls that changed text
     _ids: Any = field(default_factory=lambda: itertools.count(1000))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -65,6 +69,14 @@ class FakeTelegram:
                 and c.params.get("_ok")
                 and (chat_id is None or str(c.params.get("chat_id")) == chat_id)
             ]
+
+    def shown(self, chat_id: str) -> list[str]:
+        """What the chat shows now: each message's current text, oldest first."""
+        with self._lock:
+            found = sorted(
+                (mid, text) for (chat, mid), text in self.messages.items() if chat == chat_id
+            )
+        return [text for _, text in found]
 
     def methods(self) -> list[str]:
         with self._lock:
@@ -135,7 +147,11 @@ class FakeTelegram:
                 "chat": {"id": chat, "type": "private" if int(chat) > 0 else "supergroup"},
                 "text": params.get("text", ""),
             }
+            with self._lock:
+                self.messages[(str(chat), result["message_id"])] = str(result["text"])
             return JSONResponse({"ok": True, "result": result})
+        if method == "editMessageText":
+            return self._edit(params)
         if method == "createForumTopic":
             chat = str(params.get("chat_id"))
             if chat not in self.forums:
@@ -156,6 +172,26 @@ class FakeTelegram:
             user = {"id": int(self.token.split(":")[0]), "is_bot": True, "first_name": "Fake"}
             return JSONResponse({"ok": True, "result": {**user, "username": "fake_bot"}})
         return JSONResponse({"ok": True, "result": True})
+
+    def _edit(self, params: dict[str, Any]) -> Response:
+        chat, number = str(params.get("chat_id")), int(params.get("message_id") or 0)
+        text = str(params.get("text", ""))
+        with self._lock:
+            if (chat, number) not in self.messages:
+                return _error(400, "Bad Request: message to edit not found")
+            if self.messages[(chat, number)] == text:
+                return _error(
+                    400,
+                    "Bad Request: message is not modified: specified new message content and "
+                    "reply markup are exactly the same as a current content and reply markup "
+                    "of the message",
+                )
+            self.messages[(chat, number)] = text
+            self.edits.append(Call("editMessageText", dict(params), time.time()))
+        kind = "private" if int(chat) > 0 else "supergroup"
+        result = {"message_id": number, "date": int(time.time()), "edit_date": int(time.time()),
+                  "chat": {"id": int(chat), "type": kind}, "text": text}  # fmt: skip
+        return JSONResponse({"ok": True, "result": result})
 
     async def _get_updates(self, params: dict[str, Any]) -> Response:
         offset = int(params.get("offset") or 0)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from shared.pipeline.outbox import OutboxRow
 from shared.settings import Settings
+from workers.delivery.live_message import LiveMessages, LocalLiveMessages
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Limiter
 
@@ -48,6 +49,21 @@ class Typist(Protocol):
     def typing(self, chat_id: str, thread_id: str | None) -> None: ...
 
 
+@runtime_checkable
+class LiveEditor(Protocol):
+    """A sender that can stream a reply into one message (`platforms.<p>.stream_edits`): post
+    it early, edit it as the reply grows (workers/stream_edits.py). Both take a token from the
+    fleet's buckets first and raise RetryLater when there is none; `edit_live` raises
+    MessageGone when the message cannot be edited any more."""
+
+    live: LiveMessages | None  # None: stream_edits is off for this platform
+    stream_interval: float  # seconds between edits (`stream_edit_interval`)
+
+    def post_live(self, row: OutboxRow, text: str) -> str: ...
+
+    def edit_live(self, row: OutboxRow, message_id: str, text: str) -> None: ...
+
+
 class Undeliverable(Exception):
     """This message can never be delivered (user blocked the bot, chat gone)."""
 
@@ -69,6 +85,8 @@ class SenderDeps:
     limiter: Limiter  # fleet-wide token buckets and 429 cooldowns
     progress: Progress  # which parts of a split reply are already sent
     migrate_chat: Callable[[str, str, str], None]  # (platform, old id, new id) in state.db
+    # Where each turn's streamed message is (stream_edits); shared through Redis like progress.
+    live: LiveMessages = field(default_factory=LocalLiveMessages)
 
 
 class MemorySender:

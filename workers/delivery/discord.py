@@ -8,11 +8,15 @@ buckets are learnt from the response headers (`X-RateLimit-Remaining: 0` with
 `global`) cools down the route or the whole bot. Parts are 2,000 characters; each carries a
 nonce with `enforce_nonce`, so a part retried within Discord's window is not posted twice.
 Threads are channels: a thread turn's reply goes to the thread. 403 (cannot message this
-user, missing access) and 404 (unknown channel) → Undeliverable.
+user, missing access) and 404 (unknown channel) → Undeliverable. With `stream_edits` the
+streamed message is posted (its nonce names the turn, so a turn retried within Discord's nonce
+window finds the same message) and edited (`PATCH …/messages/{id}`) through the same buckets,
+and the reply's first part is an edit of it (workers/delivery/live_message.py).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import httpx
@@ -20,6 +24,7 @@ import httpx
 from shared.pipeline.outbox import OutboxRow
 from shared.platforms.discord import PLATFORM, DiscordSettings
 from workers.delivery.base import RetryLater, SenderDeps, Sent, ThreadUnavailable, Undeliverable
+from workers.delivery.live_message import LiveMessages, MessageGone, finish_live
 from workers.delivery.progress import Progress, namespace
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
 from workers.delivery.split import split_for
@@ -50,7 +55,11 @@ class DiscordSender:
         limiter: Limiter,
         progress: Progress,
         nonce_prefix: str = "h",
+        live: LiveMessages | None = None,
+        stream_interval: float = 1.0,
     ) -> None:
+        self.live = live
+        self.stream_interval = stream_interval
         self._token = token
         self._client = httpx.Client(
             base_url=api_base.rstrip("/") + "/",
@@ -81,16 +90,23 @@ class DiscordSender:
             )
             if wait > 0:
                 raise RetryLater(wait, f"discord rate limit for channel {channel}")
-            message_id = self._post(row, channel, parts[index], index)
+            message_id = None
+            if index == 0:
+                edit = partial(self._edit, channel)
+                message_id = finish_live(self.live, row, parts[0], edit)
+            message_id = message_id or self._post(row, channel, parts[index], index)
             self._progress.part_sent(row.id, message_id)
             done.append(message_id)
         return Sent(",".join(done) if done else None)
 
     def _post(self, row: OutboxRow, channel: str, text: str, index: int) -> str:
+        nonce = f"{self._nonce_prefix}{row.id}.{index}"
+        if row.id == 0 and row.turn_id is not None:  # the streamed message of a turn
+            nonce = f"{self._nonce_prefix}t{row.turn_id}"
         body: dict[str, Any] = {
             "content": text,
             "allowed_mentions": {"parse": []},
-            "nonce": f"{self._nonce_prefix}{row.id}.{index}"[:25],
+            "nonce": nonce[:25],
             "enforce_nonce": True,
         }
         if index == 0 and row.reply_to:
@@ -103,6 +119,36 @@ class DiscordSender:
         self._learn(channel, response)
         if response.status_code in (200, 201):
             return str(_json(response).get("id", ""))
+        raise self._map(channel, response)
+
+    def post_live(self, row: OutboxRow, text: str) -> str:
+        channel = row.thread_id or row.chat_id
+        self._take_token(channel)
+        return self._post(row, channel, text, 0)
+
+    def edit_live(self, row: OutboxRow, message_id: str, text: str) -> None:
+        channel = row.thread_id or row.chat_id
+        self._take_token(channel)
+        self._edit(channel, message_id, text)
+
+    def _take_token(self, channel: str) -> None:
+        wait = self._limiter.acquire(self.buckets(channel), self.cooldowns(channel))
+        if wait > 0:
+            raise RetryLater(wait, f"discord rate limit for channel {channel}")
+
+    def _edit(self, channel: str, message_id: str, text: str) -> None:
+        """PATCH the message's content; 404 (deleted) → MessageGone."""
+        body = {"content": text, "allowed_mentions": {"parse": []}}
+        try:
+            response = self._client.patch(f"channels/{channel}/messages/{message_id}", json=body)
+        except httpx.HTTPError as exc:
+            message = str(exc).replace(self._token, "***")
+            raise SendFailed(f"discord: {type(exc).__name__}: {message}") from None
+        self._learn(channel, response)
+        if response.status_code == 200:
+            return
+        if response.status_code == 404:
+            raise MessageGone(f"discord 404: {_json(response).get('message', 'unknown message')}")
         raise self._map(channel, response)
 
     def typing(self, chat_id: str, thread_id: str | None) -> None:
@@ -180,4 +226,6 @@ def build(conf: DiscordSettings, deps: SenderDeps) -> DiscordSender:
         limiter=deps.limiter,
         progress=deps.progress,
         nonce_prefix=namespace(deps.settings.resolved_database_url)[:6],
+        live=deps.live if conf.stream_edits else None,
+        stream_interval=conf.stream_edit_interval,
     )

@@ -18,6 +18,7 @@ from shared.settings import Settings
 from shared.store import chats
 from workers.delivery.base import Sender, SenderDeps, Sent
 from workers.delivery.cli import CliSender
+from workers.delivery.live_message import LiveMessages, LocalLiveMessages, RedisLiveMessages
 from workers.delivery.progress import LocalProgress, Progress, RedisProgress
 from workers.delivery.ratelimit import Limiter, LocalLimiter, RedisLimiter
 
@@ -104,17 +105,24 @@ def build_senders(settings: Settings, redis_client: Any | None) -> SenderRegistr
             return LocalProgress()
         return RedisProgress(redis_client, url, platform)
 
+    def live(platform: str) -> LiveMessages:
+        if redis_client is None:
+            return LocalLiveMessages()
+        return RedisLiveMessages(redis_client, url, platform)
+
     for name in configured:
         problem = missing_sdk(name, [SENDER])  # per platform: one missing SDK breaks no other
         if problem is not None:
             log.error("%s", problem)
             registry.add(MissingSdkSender(name, problem))
             continue
-        registry.add(_build(name, settings, limiter, progress(name)))
+        registry.add(_build(name, settings, limiter, progress(name), live(name)))
     return registry
 
 
-def _build(name: str, settings: Settings, limiter: Limiter, progress: Progress) -> Sender:
+def _build(
+    name: str, settings: Settings, limiter: Limiter, progress: Progress, live: LiveMessages
+) -> Sender:
     """The platform's sender, from the factory its descriptor names (workers/delivery/<p>.py)."""
     described = registry.get(name)
     deps = SenderDeps(
@@ -122,6 +130,7 @@ def _build(name: str, settings: Settings, limiter: Limiter, progress: Progress) 
         limiter=limiter,
         progress=progress,
         migrate_chat=partial(_migrate_chat, settings.resolved_database_url),
+        live=live,
     )
     sender: Sender = load(described.sender)(settings.platforms.of(name), deps)
     return sender

@@ -8,16 +8,20 @@ agent's text cannot turn into mentions or links. Replies to a thread go to that 
 a 429's Retry-After cools the channel down for every worker; one over 5 s is not the
 per-channel limit (our buckets keep to that) but a method's workspace-wide tier, so it cools
 every channel down. Errors that will never succeed (channel not found, not in channel,
-archived, user gone, revoked token) → Undeliverable.
+archived, user gone, revoked token) → Undeliverable. With `stream_edits` the streamed message
+is posted and updated (`chat.update`) through the same buckets, and the reply's first part is
+an update of it (workers/delivery/live_message.py).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from shared.pipeline.outbox import OutboxRow
 from shared.platforms.slack import PLATFORM, SlackSettings
 from workers.delivery.base import RetryLater, SenderDeps, Sent, ThreadUnavailable, Undeliverable
+from workers.delivery.live_message import LiveMessages, MessageGone, finish_live
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
 from workers.delivery.split import split_for
@@ -46,6 +50,10 @@ FATAL = frozenset(
 )
 
 
+# chat.update's answers for a message that cannot be edited any more: post the reply instead.
+GONE = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
+
+
 class SendFailed(Exception):
     """A transient failure (connection dropped, 5xx); the flush retries with backoff."""
 
@@ -58,9 +66,20 @@ class SlackSender:
     platform = PLATFORM.name
     reads_store = False
 
-    def __init__(self, *, token: str, api_base: str, limiter: Limiter, progress: Progress) -> None:
+    def __init__(
+        self,
+        *,
+        token: str,
+        api_base: str,
+        limiter: Limiter,
+        progress: Progress,
+        live: LiveMessages | None = None,
+        stream_interval: float = 1.0,
+    ) -> None:
         from slack_sdk import WebClient
 
+        self.live = live
+        self.stream_interval = stream_interval
         self._token = token
         # No SDK retries: a retried POST can post twice; the flush owns retrying.
         self._client: Any = WebClient(
@@ -88,7 +107,12 @@ class SlackSender:
             )
             if wait > 0:
                 raise RetryLater(wait, f"slack rate limit for channel {row.chat_id}")
-            ts = self._post(row, parts[index])
+            ts = (
+                finish_live(self.live, row, parts[0], partial(self._update, row))
+                if index == 0
+                else None
+            )
+            ts = ts or self._post(row, parts[index])
             self._progress.part_sent(row.id, ts)
             done.append(ts)
         return Sent(",".join(done) if done else None)
@@ -106,6 +130,34 @@ class SlackSender:
             message = str(exc).replace(self._token, "***")
             raise SendFailed(f"slack: {type(exc).__name__}: {message}") from None
         return str(response.get("ts") or "")
+
+    def post_live(self, row: OutboxRow, text: str) -> str:
+        self._take_token(row.chat_id)
+        return self._post(row, text)
+
+    def edit_live(self, row: OutboxRow, message_id: str, text: str) -> None:
+        self._take_token(row.chat_id)
+        self._update(row, message_id, text)
+
+    def _take_token(self, channel: str) -> None:
+        wait = self._limiter.acquire(self.buckets(channel), self.cooldowns(channel))
+        if wait > 0:
+            raise RetryLater(wait, f"slack rate limit for channel {channel}")
+
+    def _update(self, row: OutboxRow, ts: str, text: str) -> None:
+        """chat.update of message `ts`; one that is gone or past editing → MessageGone."""
+        from slack_sdk.errors import SlackApiError
+
+        try:
+            self._client.chat_update(channel=row.chat_id, ts=ts, text=escape(text))
+        except SlackApiError as exc:
+            error = str((getattr(exc.response, "data", None) or {}).get("error", ""))
+            if error in GONE:
+                raise MessageGone(f"slack {error}") from None
+            raise self._map(row, exc) from None
+        except Exception as exc:
+            message = str(exc).replace(self._token, "***")
+            raise SendFailed(f"slack: {type(exc).__name__}: {message}") from None
 
     def open_thread(self, chat_id: str, title: str) -> str:
         """A seed message in `chat_id` whose ts anchors the thread; ThreadUnavailable if Slack
@@ -158,4 +210,6 @@ def build(conf: SlackSettings, deps: SenderDeps) -> SlackSender:
         api_base=conf.api_base or "",
         limiter=deps.limiter,
         progress=deps.progress,
+        live=deps.live if conf.stream_edits else None,
+        stream_interval=conf.stream_edit_interval,
     )

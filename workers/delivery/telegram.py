@@ -13,6 +13,8 @@
   part is sent to the new id (its errors mapped the same way); network trouble → a plain
   exception (the flush backs off).
 - Forum topics get `message_thread_id`; in groups the first part replies to the user's message.
+- `stream_edits`: the streamed message is posted and edited (editMessageText) through the same
+  buckets, and the reply's first part is an edit of it (workers/delivery/live_message.py).
 - The token is in every Bot API URL: nothing here logs a URL, and error text is redacted.
 """
 
@@ -29,6 +31,7 @@ from shared.pipeline.outbox import OutboxRow
 from shared.platforms.telegram import PLATFORM, TelegramSettings
 from workers.delivery.aioloop import LoopThread
 from workers.delivery.base import RetryLater, SenderDeps, Sent, ThreadUnavailable, Undeliverable
+from workers.delivery.live_message import LiveMessages, MessageGone, finish_live
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
 from workers.delivery.split import split_for
@@ -96,7 +99,11 @@ class TelegramSender:
         migrate: Migrate | None = None,
         loop: LoopThread | None = None,
         timeout: float = TIMEOUT,
+        live: LiveMessages | None = None,
+        stream_interval: float = 1.0,
     ) -> None:
+        self.live = live
+        self.stream_interval = stream_interval
         self._token = token
         self._api_base = api_base
         self._limiter = limiter
@@ -162,7 +169,11 @@ class TelegramSender:
             )
             if wait > 0:
                 raise RetryLater(wait, f"telegram rate limit for chat {chat_id}")
-            message_id, chat_id = self._send_part(row, chat_id, parts[index], first=index == 0)
+            message_id = None
+            if index == 0:
+                message_id = finish_live(self.live, row, parts[0], partial(self._edit, chat_id))
+            if message_id is None:
+                message_id, chat_id = self._send_part(row, chat_id, parts[index], first=index == 0)
             self._progress.part_sent(row.id, message_id)
             done.append(message_id)
         return Sent(",".join(done) if done else None)
@@ -231,6 +242,43 @@ class TelegramSender:
         message = self._loop.run(go, self._timeout + 5)
         return str(message.message_id)
 
+    def _take_token(self, chat_id: str) -> None:
+        wait = self._limiter.acquire(self.buckets(chat_id), self.cooldowns(chat_id))
+        if wait > 0:
+            raise RetryLater(wait, f"telegram rate limit for chat {chat_id}")
+
+    def post_live(self, row: OutboxRow, text: str) -> str:
+        """The streamed message's first post, placed as a reply's first part would be."""
+        chat_id = self._moved.get(row.chat_id, row.chat_id)
+        self._take_token(chat_id)
+        return self._send_part(row, chat_id, text, first=True)[0]
+
+    def edit_live(self, row: OutboxRow, message_id: str, text: str) -> None:
+        chat_id = self._moved.get(row.chat_id, row.chat_id)
+        self._take_token(chat_id)
+        self._edit(chat_id, message_id, text)
+
+    def _edit(self, chat_id: str, message_id: str, text: str) -> None:
+        """editMessageText; an unchanged text is done already, a message gone → MessageGone."""
+        from telegram.error import BadRequest, TelegramError
+
+        async def go() -> Any:
+            return await self._get_bot().edit_message_text(
+                text, chat_id=_chat_arg(chat_id), message_id=int(message_id)
+            )
+
+        try:
+            self._loop.run(go, self._timeout + 5)
+        except BadRequest as exc:
+            said = str(exc).lower()
+            if "not modified" in said:
+                return
+            if "not found" in said or "can't be edited" in said:
+                raise MessageGone(self._redact(str(exc))) from None
+            raise self._map(chat_id, exc) from None
+        except (TelegramError, OSError, TimeoutError) as exc:
+            raise self._map(chat_id, exc) from None
+
     def typing(self, chat_id: str, thread_id: str | None) -> None:
         """`sendChatAction` typing (in the topic, if any); errors are the caller's to log."""
         from telegram.constants import ChatAction
@@ -283,4 +331,6 @@ def build(conf: TelegramSettings, deps: SenderDeps) -> TelegramSender:
         limiter=deps.limiter,
         progress=deps.progress,
         migrate=partial(deps.migrate_chat, PLATFORM.name),
+        live=deps.live if conf.stream_edits else None,
+        stream_interval=conf.stream_edit_interval,
     )
