@@ -24,6 +24,9 @@ class SlackSettings(EditablePlatformSettings):
     signing_secret: SecretStr | None = None
     socket_mode: bool = False  # Socket Mode instead of the Events API over HTTP (development)
     app_token: SecretStr | None = None  # xapp-… token, Socket Mode only
+    # The app is an AI app ("Agents & AI Apps" on): while a turn from an assistant thread runs,
+    # the thread shows its status (assistant.threads.setStatus) until the reply is posted.
+    assistant_status: bool = False
 
 
 def chat_type_of(chat_id: str) -> str:

@@ -226,3 +226,41 @@ def test_a_streamed_message_the_user_deleted_is_replaced_by_a_new_one(
         shown = bot.shown(chat)
     assert transcript == [REPLY]
     assert shown == [REPLY]  # the final reply was posted anew, once
+
+
+def test_slack_assistant_thread_shows_its_status_while_the_turn_runs(
+    hermes_env: dict[str, str], redis_url: str, model: FakeOpenAI
+) -> None:
+    channel, thread = "D0123456789", "1767225600.000100"
+    with FakeSlack(SLACK_TOKEN) as slack:
+        settings = _settings(
+            hermes_env,
+            redis_url,
+            model,
+            HERMES_PLATFORMS__SLACK__TOKEN=SLACK_TOKEN,
+            HERMES_PLATFORMS__SLACK__SIGNING_SECRET="not-used-here",
+            HERMES_PLATFORMS__SLACK__API_BASE=slack.api_base,
+            HERMES_PLATFORMS__SLACK__ASSISTANT_STATUS="true",
+        )
+        model.script(Step(content=REPLY, chunk_size=5, chunk_delay=0.05))
+        store = open_store(settings.resolved_database_url)
+        agent = build_agent(settings, store)
+        try:
+            with delivery_runtime(settings, store) as (rt, _):
+                rt = dataclasses.replace(rt, agent=agent)
+                for n, where in enumerate((thread, None)):  # an assistant thread, then the DM
+                    inbound = turn(n, channel, platform="slack", text="hi", thread_id=where)
+                    accepted = accept(store, rt.waker, inbound, settings=settings, clock=time.time)
+                    drain(rt, accepted.session_key)
+                    while flush(rt, f"slack:{channel}").reason != "idle":
+                        time.sleep(0.1)
+        finally:
+            agent.close()  # type: ignore[attr-defined]
+            store.close()
+        statuses = [c for c in slack.calls if c.method == "assistant.threads.setStatus"]
+        posts = [c for c in slack.calls if c.method == "chat.postMessage" and c.ok]
+    assert len(statuses) == 1  # only the assistant thread's turn: a plain DM has no status
+    (status,) = statuses
+    assert status.params["channel_id"] == channel and status.params["thread_ts"] == thread
+    assert status.params["status"] == "is thinking…"
+    assert status.at < posts[0].at and posts[0].params.get("thread_ts") == thread

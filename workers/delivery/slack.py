@@ -10,7 +10,9 @@ per-channel limit (our buckets keep to that) but a method's workspace-wide tier,
 every channel down. Errors that will never succeed (channel not found, not in channel,
 archived, user gone, revoked token) → Undeliverable. With `stream_edits` the streamed message
 is posted and updated (`chat.update`) through the same buckets, and the reply's first part is
-an update of it (workers/delivery/live_message.py).
+an update of it (workers/delivery/live_message.py). With `assistant_status` (an AI app), a
+turn from an assistant thread (a DM thread) shows "is thinking…" there while it runs
+(`assistant.threads.setStatus`, refreshed; Slack clears it when the reply is posted).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from functools import partial
 from typing import Any
 
 from shared.pipeline.outbox import OutboxRow
-from shared.platforms.slack import PLATFORM, SlackSettings
+from shared.platforms import DM
+from shared.platforms.slack import PLATFORM, SlackSettings, chat_type_of
 from workers.delivery.base import RetryLater, SenderDeps, Sent, ThreadUnavailable, Undeliverable
 from workers.delivery.live_message import LiveMessages, MessageGone, finish_live
 from workers.delivery.progress import Progress
@@ -54,6 +57,9 @@ FATAL = frozenset(
 GONE = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
 
 
+ASSISTANT_STATUS = "is thinking…"
+
+
 class SendFailed(Exception):
     """A transient failure (connection dropped, 5xx); the flush retries with backoff."""
 
@@ -65,6 +71,7 @@ def escape(text: str) -> str:
 class SlackSender:
     platform = PLATFORM.name
     reads_store = False
+    typing_every = 30.0  # a thread's status stays until the app replies (Slack drops it in 2 min)
 
     def __init__(
         self,
@@ -75,9 +82,11 @@ class SlackSender:
         progress: Progress,
         live: LiveMessages | None = None,
         stream_interval: float = 1.0,
+        assistant_status: bool = False,
     ) -> None:
         from slack_sdk import WebClient
 
+        self._assistant_status = assistant_status
         self.live = live
         self.stream_interval = stream_interval
         self._token = token
@@ -130,6 +139,15 @@ class SlackSender:
             message = str(exc).replace(self._token, "***")
             raise SendFailed(f"slack: {type(exc).__name__}: {message}") from None
         return str(response.get("ts") or "")
+
+    def typing(self, chat_id: str, thread_id: str | None) -> None:
+        """An assistant thread's status while its turn runs (AI apps only: elsewhere there is
+        no indicator a bot can show on Slack). Errors are the caller's to log."""
+        if not self._assistant_status or thread_id is None or chat_type_of(chat_id) != DM:
+            return
+        self._client.assistant_threads_setStatus(
+            channel_id=chat_id, thread_ts=thread_id, status=ASSISTANT_STATUS
+        )
 
     def post_live(self, row: OutboxRow, text: str) -> str:
         self._take_token(row.chat_id)
@@ -212,4 +230,5 @@ def build(conf: SlackSettings, deps: SenderDeps) -> SlackSender:
         progress=deps.progress,
         live=deps.live if conf.stream_edits else None,
         stream_interval=conf.stream_edit_interval,
+        assistant_status=conf.assistant_status,
     )
