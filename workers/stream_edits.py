@@ -1,9 +1,9 @@
 """Progressive replies on Telegram, Slack and Discord (`platforms.<p>.stream_edits`): while a
-turn streams, one message is posted early and edited as the reply grows, from a side thread at
-most every `stream_edit_interval` seconds, each edit taking a token from the fleet's buckets
-(none free: that edit is skipped, the next carries the newer text). The committed reply then
-finishes the message through the outbox (workers/delivery/live_message.py says why a worker
-dying anywhere sends nothing twice).
+turn streams, one message is posted as soon as the first words arrive and edited as the reply
+grows, from a side thread, at most every `stream_edit_interval` seconds, each edit taking a
+token from the fleet's buckets (none free: that edit waits for the limiter's answer and then
+carries the newer text). The committed reply then finishes the message through the outbox
+(workers/delivery/live_message.py says why a worker dying anywhere sends nothing twice).
 
 The preview is the reply's first part at the platform's limit: that is what the final edit
 writes there, and the rest of a long reply follows as new messages. A failure other than a
@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator
 
 from shared.pipeline.inbox import TurnRow
@@ -70,6 +71,8 @@ class StreamEditor:
         self._latest = ""
         self._shown = ""
         self._message_id: str | None = None
+        self._wake = threading.Event()  # new text (or the end of the turn)
+        self._next = 0.0  # monotonic time the next edit may be made
         self.edits = 0  # posts and edits made (tests, logs)
 
     # --- the Live protocol (the model thread) ---
@@ -77,6 +80,7 @@ class StreamEditor:
     def text(self, so_far: str) -> None:
         with self._lock:
             self._latest = so_far
+        self._wake.set()
 
     def status(self, what: str) -> None:
         pass  # tool rounds: the typing indicator says the bot is busy
@@ -90,9 +94,18 @@ class StreamEditor:
     # --- the side thread ---
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(self._sender.stream_interval):
+        """Until `stop`: wait for new text, then for the pace, then show it."""
+        while not stop.is_set():
+            self._wake.wait()
+            if stop.wait(max(0.0, self._next - time.monotonic())):
+                return
+            self._wake.clear()
             if not self.step():
                 return
+
+    def stop(self, stop: threading.Event) -> None:
+        stop.set()
+        self._wake.set()
 
     def step(self) -> bool:
         """Show the newest text if it changed; False: stop editing for this turn."""
@@ -106,12 +119,15 @@ class StreamEditor:
             return False  # the outbox has the message now: the final text is its to write
         try:
             self._show(preview)
-        except RetryLater:
-            return True  # no token free: skip this edit, the next one carries newer text
+        except RetryLater as exc:  # no token free: skip this edit, a later one carries newer text
+            self._next = time.monotonic() + max(self._sender.stream_interval, exc.after)
+            self._wake.set()  # the text is still unshown: look again then
+            return True
         except Exception as exc:  # a courtesy: the reply still comes through the outbox
             log.info("stream edits of turn %s stopped: %s", self._turn.id, exc)
             return False
         self._shown = preview
+        self._next = time.monotonic() + self._sender.stream_interval
         self.edits += 1
         return True
 
@@ -154,5 +170,5 @@ def streaming(rt: Runtime, turn: TurnRow) -> Iterator[Live]:
     try:
         yield Both(base, editor)
     finally:
-        stop.set()
+        editor.stop(stop)
         thread.join(JOIN_SECONDS)
