@@ -3,7 +3,7 @@ sees text, and what it costs in Bot API calls. Progress goes to stderr; the last
 JSON.
 
     python bench/stream_edits.py              # 10 turns each way
-    python bench/stream_edits.py --turns 4    # quicker
+    python bench/stream_edits.py --quick      # 4 turns each way
 
 In-process: a private redis-server, the real drain and agent against the fake OpenAI server
 (SSE chunks `--chunk-ms` apart, `--first-ms` of "thinking"), the real Telegram sender
@@ -106,9 +106,12 @@ def run(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="4 turns each way")
     parser.add_argument("--chunk-ms", type=float, default=100.0)
     parser.add_argument("--first-ms", type=float, default=500.0)
     args = parser.parse_args()
+    if args.quick:
+        args.turns = 4
     chunk_s, first_s = args.chunk_ms / 1000, args.first_ms / 1000
     with tempfile.TemporaryDirectory(prefix="hermes-bench-") as work:
         children = Children(Path(work))
