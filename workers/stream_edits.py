@@ -30,7 +30,9 @@ from workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-JOIN_SECONDS = 10.0
+# Longer than any sender's request timeout (30 s): an edit still in flight when the turn ends
+# finishes before the commit, so it can never land on top of the final text.
+JOIN_SECONDS = 40.0
 
 
 class Both:
