@@ -40,6 +40,12 @@ def test_the_golden_set_covers_the_issue() -> None:
         "forum_general",
         "edited_message",
         "repeated_update_id",
+        "group_not_addressed",
+        "group_reply_to_bot",
+        "group_command_for_another_bot",
+        "group_bare_command",
+        "group_mentions_someone_else",
+        "forum_topic_opened_by_bot",
     }
     assert wanted <= set(cases("telegram"))
 
