@@ -19,7 +19,9 @@ connections it reports requests/s and p50/p99/max ack latency; *sustained* is th
 requests/s at a level whose p99 is within the target and where every request was answered
 200, and the gateway's is also given as a ratio of bare's. The gateway's 200s are compared
 with the turns state.db recorded (they must match), and `meets_target` says whether each
-endpoint had such a level. `wall_seconds` is the whole run.
+endpoint had such a level. `cpu_us_per_request` is the server process's CPU time over the
+requests it answered, and `cpu_ratio_vs_bare` bare's over the gateway's: unlike requests/s it
+holds still on a machine busy with other work. `wall_seconds` is the whole run.
 """
 
 from __future__ import annotations
@@ -319,6 +321,7 @@ def run(
             for kind, path in KINDS.items():
                 name = kind if server == "gateway" else f"bare_{kind}"
                 measured = []
+                cpu_before = _cpu_seconds(proc.pid)
                 for connections in levels:
                     level = measure(port, path, kind, connections, seconds, offset, env)
                     offset += 10_000_000
@@ -329,11 +332,26 @@ def run(
                     )
                     measured.append(level)
                 results[name] = summarise(measured)
+                answered = sum(level["requests"] for level in measured)
+                cpu = _cpu_seconds(proc.pid) - cpu_before
+                results[name]["cpu_us_per_request"] = (
+                    round(cpu / answered * 1e6, 1) if answered else None
+                )
         finally:
             children.stop([proc])
     with open_turns(home) as turns:
         results["recorded_turns"] = turns
     return results
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) the server process has used so far. Per request it
+    is the figure that a loaded machine disturbs least: throughput is shared with everything
+    else running, CPU per request is not."""
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 @contextlib.contextmanager
@@ -363,6 +381,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _exit(signum: int, _frame: Any) -> None:
     raise SystemExit(128 + signum)
+
+
+def _cpu_ratio(gateway: dict[str, Any], bare: dict[str, Any]) -> float | None:
+    """Bare's server CPU per request over the gateway's: the share of bare's throughput the
+    gateway would reach on a machine with a core to itself."""
+    ours, theirs = gateway["cpu_us_per_request"], bare["cpu_us_per_request"]
+    return round(theirs / ours, 3) if ours and theirs else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -398,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
             "ok": gateway["ok"],
             "errors": gateway["errors"],
             "ratio_vs_bare": round(ratio, 3) if ratio is not None else None,
+            "cpu_us_per_request": gateway["cpu_us_per_request"],
+            "bare_cpu_us_per_request": bare["cpu_us_per_request"],
+            "cpu_ratio_vs_bare": _cpu_ratio(gateway, bare),
             "levels": gateway["levels"],
             "bare_levels": bare["levels"],
         }

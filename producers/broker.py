@@ -18,6 +18,7 @@ from shared.tasknames import (
     MAINTENANCE_QUEUE,
     TURNS_QUEUE,
 )
+from shared.wakeups import send_drains, send_wake
 
 log = logging.getLogger(__name__)
 
@@ -65,26 +66,30 @@ class BrokerWaker:
         return self._send(DRAIN, session_key, TURNS_QUEUE, countdown)
 
     def drain_many(self, session_keys: Sequence[str]) -> set[str]:
-        """Drain wake-ups for `session_keys` through one producer in one kombu batch: on Redis
-        one pipelined round trip for all (and their task-sent events), where one each costs a
-        round trip and a pool checkout. All or nothing: if the batch fails, none counts as
-        sent (some may have been; a duplicate wake-up is harmless)."""
-        if not session_keys:
+        """Wake-ups for `session_keys`, sent so that the receiver's cost stays flat as its batch
+        grows: one key gets its drain task; several get one `hermes.turns.wake` task naming
+        them all, and the worker that takes it sends a drain per key (workers/tasks/turns.py).
+        A drain through Celery costs the receiver ~0.15-0.2 ms of CPU (the message, its
+        task-sent event, ids); under load that was half of the receiver's work per request,
+        and a fleet scales its workers, not its front door. The extra hop costs the batch's
+        turns about a millisecond, and only when turns arrive faster than one transaction.
+
+        All or nothing: if the publish fails none counts as sent (a duplicate wake-up is
+        harmless), so their claims are let go and the redrive sweep finds them."""
+        keys = list(dict.fromkeys(session_keys))
+        if not keys:
             return set()
         try:  # nothing is sent until the batch ends, so there is nothing to retry before
-            with self._app.producer_or_acquire() as producer, producer.batch():
-                for key in session_keys:
-                    self._app.send_task(
-                        DRAIN, args=[key], queue=TURNS_QUEUE, producer=producer, retry=False
-                    )
+            if len(keys) == 1:
+                send_drains(self._app, keys)
+            else:
+                send_wake(self._app, keys)
         except Exception as exc:
             log.warning(
-                "%d wake-ups not sent (%s); the redrive sweep will find them",
-                len(session_keys),
-                exc,
+                "%d wake-ups not sent (%s); the redrive sweep will find them", len(keys), exc
             )
             return set()
-        return set(session_keys)
+        return set(keys)
 
     def deliver(self, lane: str, *, countdown: float | None = None) -> bool:
         return self._send(DELIVER, lane, DELIVERY_QUEUE, countdown)

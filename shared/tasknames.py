@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 DRAIN = "hermes.turns.drain"
+WAKE = "hermes.turns.wake"  # many session keys at once (a receiver's batch): a drain for each
 DELIVER = "hermes.delivery.flush"
 REDRIVE = "hermes.maintenance.redrive"
 PING = "hermes.maintenance.ping"

@@ -4,6 +4,7 @@ no acked turn (the claim is let go; redrive finds the turn)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
 import threading
@@ -25,7 +26,7 @@ from producers.gateway.pausing_waker import PausingWaker
 from shared.db import Store, open_store
 from shared.db.schema import routes
 from shared.settings import Settings, load_settings
-from shared.tasknames import DRAIN, TURNS_QUEUE
+from shared.tasknames import DRAIN, TURNS_QUEUE, WAKE
 from tests.fakes.golden import load
 from tests.fakes.server import free_port
 from tests.fakes.stack import redis_db_url, start_gateway, start_worker, wait_for
@@ -106,13 +107,9 @@ def test_with_the_broker_down_every_acked_turn_is_kept_and_redrive_finds_it(
     assert {key for key, _ in recording.drains} == keys
 
 
-def test_a_batch_of_wake_ups_lands_on_the_broker_with_their_sent_events(
-    hermes_env: dict[str, str], redis_url: str
-) -> None:
-    url = redis_db_url(redis_url)
-    settings = load_settings(_tg_env(hermes_env, HERMES_BROKER_URL=url))
-    app = broker_client(settings)
-    keys = [f"agent:main:telegram:dm:{n}" for n in range(5)]
+def _published(url: str, keys: list[str]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """drain_many(keys) on the broker at `url`: the messages it queued and its sent events."""
+    app = broker_client(load_settings({"HERMES_BROKER_URL": url}))
     client = redis.Redis.from_url(url)
     events = client.pubsub()
     try:
@@ -122,11 +119,63 @@ def test_a_batch_of_wake_ups_lands_on_the_broker_with_their_sent_events(
         sent = [m for m in iter(lambda: events.get_message(timeout=1.0), None) if m["data"] != 1]
     finally:
         events.close()
+        client.delete(TURNS_QUEUE)
         client.close()
         app.close()
-    assert sorted(m["headers"]["task"] for m in queued) == [DRAIN] * 5
-    assert sorted(m["headers"]["argsrepr"] for m in queued) == sorted(repr([k]) for k in keys)
-    assert len([m for m in sent if m["type"] == "pmessage"]) == 5
+    return queued, [m for m in sent if m["type"] == "pmessage"]
+
+
+def test_a_batch_of_wake_ups_is_one_message_for_the_workers_to_fan_out(
+    hermes_env: dict[str, str], redis_url: str
+) -> None:
+    """Several keys cost the receiver one task (hermes.turns.wake, naming them all, with its
+    task-sent event for Flower); one key is its own drain task, with no extra hop."""
+    url = redis_db_url(redis_url)
+    keys = [f"agent:main:telegram:dm:{n}" for n in range(5)]
+    queued, sent = _published(url, [*keys, keys[0]])  # a key twice is woken once
+    assert [m["headers"]["task"] for m in queued] == [WAKE]
+    assert json.loads(base64.b64decode(queued[0]["body"]))[0] == [keys]
+    assert len(sent) == 1
+    queued, sent = _published(url, keys[:1])
+    assert [m["headers"]["task"] for m in queued] == [DRAIN]
+    assert queued[0]["headers"]["argsrepr"] == repr([keys[0]])
+    assert len(sent) == 1
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_fans_a_batch_wake_up_out_to_every_session(
+    hermes_env: dict[str, str], hermes_home: Path, redis_url: str
+) -> None:
+    """Turns recorded while the broker was down (their claims let go), then one batch wake-up
+    for their four sessions: a real worker sends a drain for each, and every chat is answered."""
+    with FakeTelegram(TOKEN) as telegram:
+        env = _tg_env(hermes_env, HERMES_PLATFORMS__TELEGRAM__API_BASE=telegram.api_base)
+        down = load_settings({**env, "HERMES_BROKER_URL": "redis://127.0.0.1:1/0"})
+        store = open_store(down.resolved_database_url)
+        try:
+            gateway = Gateway(
+                down, store, PausingWaker(BrokerWaker(broker_client(down))), time.time
+            )
+            with TestClient(create_app(gateway)) as client:
+                statuses = _post_all(client, [_update(300 + n, 6100 + n, "hi") for n in range(4)])
+        finally:
+            store.close()
+        assert statuses == [200] * 4
+        env["HERMES_BROKER_URL"] = redis_db_url(redis_url)
+        worker = start_worker(env, hermes_home)
+        try:
+            keys = [f"agent:main:telegram:dm:{6100 + n}" for n in range(4)]
+            app = broker_client(load_settings(env))
+            try:
+                assert BrokerWaker(app).drain_many(keys) == set(keys)
+            finally:
+                app.close()
+            chats = [str(6100 + n) for n in range(4)]
+            wait_for(lambda: all(telegram.sent(c) for c in chats), timeout=60)
+        finally:
+            code = worker.stop()
+    assert all(len(telegram.sent(c)) == 1 for c in chats)
+    assert code == 0
 
 
 def test_an_unreachable_broker_sends_none_of_a_batch(down_settings: Settings) -> None:

@@ -92,6 +92,7 @@ def test_tasks_are_registered_under_readable_names(app: Celery) -> None:
     registered = set(app.tasks)
     expected = {
         "hermes.turns.drain",
+        "hermes.turns.wake",
         "hermes.delivery.flush",
         "hermes.sessions.autotitle",
         "hermes.maintenance.redrive",
