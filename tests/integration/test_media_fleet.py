@@ -93,9 +93,7 @@ def test_a_file_the_terminal_attaches_is_read_by_a_worker_on_another_host(
     files.mkdir()
     (files / "plan.md").write_text(PLAN)
     # The turn is recorded while no worker runs: it waits in the inbox with its blob.
-    sent = hermes(
-        client, "chat", "-q", "what does my plan say?", "-a", str(files / "plan.md"), "--timeout", "1"
-    )
+    sent = hermes(client, "chat", "-q", "my plan?", "-a", str(files / "plan.md"), "--timeout", "1")
     assert sent.returncode == 1 and "stays queued" in sent.stderr, sent.stderr
     shutil.rmtree(files)  # gone from the client: only the uploaded bytes remain
     (waiting,) = turns_of(db, "cli")
