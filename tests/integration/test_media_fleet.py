@@ -27,11 +27,13 @@ from tests.fakes.golden import load
 from tests.fakes.server import free_port
 from tests.fakes.stack import Proc, redis_db_url, start_gateway, start_worker, wait_for
 from tests.fakes.telegram_api import FakeTelegram
+from tests.integration.terminal_kit import Terminal, term_env, terminals
 from tests.integration.test_agent_media import PNG
 from tests.integration.test_cli_sessions_support import hermes
 from tests.integration.test_db_cli import assert_one_line_failure
 
 pytestmark = pytest.mark.both_databases
+__all__ = ["term_env", "terminals"]  # fixtures
 
 REDIS_DB = 13
 TG_TOKEN = "123456789:AAFakeTokenForTestsMediaSecret"
@@ -200,3 +202,31 @@ def test_a_telegram_photo_is_a_blob_the_transcript_names_with_no_host_path(
     finally:
         store.close()
     assert blob is not None and blob.data == PNG and blob.media_type == "image/jpeg"
+
+
+@pytest.mark.timeout(180)
+def test_attach_in_a_chat_uploads_the_bytes_and_refuses_over_the_cap(
+    term_env: dict[str, str], terminals: list[Terminal], tmp_path: Path
+) -> None:
+    plan, big = tmp_path / "plan.md", tmp_path / "big.bin"
+    plan.write_text(PLAN)
+    big.write_bytes(bytes(20_000))
+    env = {**term_env, "HERMES_AGENT__MAX_ATTACHMENT_MB": "0.01"}
+    chat = Terminal(env, "chat")
+    terminals.append(chat)
+    chat.ready()
+    chat.say(f"/attach {big}", expect="Not attached: big.bin is 20,000 bytes")
+    chat.say(f"/attach {plan}", expect="Attached plan.md (document)")
+    chat.say("what does it say?", expect="ship the fleet on Friday")
+    out = chat.leave()
+    assert f"blob:{hashlib.sha256(PLAN.encode()).hexdigest()}" in out
+    db = term_env.get("HERMES_DATABASE_URL") or f"sqlite:///{term_env['HERMES_HOME']}/state.db"
+    (turn,) = turns_of(db, "cli")
+    assert str(tmp_path) not in (turn.attachments or "") and turn.session_id
+    assert str(tmp_path) not in user_text(db, turn.session_id)
+    store = open_store(db)
+    try:
+        with store.read() as conn:
+            assert media.stats(conn).blobs == 1  # the refused file stored nothing
+    finally:
+        store.close()
