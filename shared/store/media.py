@@ -23,11 +23,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, delete, exists, func, insert, select
+from sqlalchemy import Connection, delete, exists, func, select
 
+from shared.db.conflict import InsertOrSkip
 from shared.db.schema import media_blobs as blobs
 from shared.db.schema import media_refs as refs
 
+_NEW_BLOB = InsertOrSkip(
+    blobs, ["sha256", "data", "size", "media_type", "created_at"], keys=["sha256"]
+)
+_NEW_REF = InsertOrSkip(
+    refs, ["sha256", "session_id", "name", "created_at"], keys=["sha256", "session_id"]
+)
 PREFIX = "blob:"
 DIGEST = re.compile(r"[0-9a-f]{64}")
 DEFAULT_TYPE = "application/octet-stream"
@@ -98,16 +105,9 @@ def put(
     at = time.time() if now is None else now
     sha = digest(data)
     held = conn.execute(select(blobs.c.sha256).where(blobs.c.sha256 == sha)).first()
-    if held is None:
-        conn.execute(
-            insert(blobs).values(
-                sha256=sha,
-                data=data,
-                size=len(data),
-                media_type=media_type or DEFAULT_TYPE,
-                created_at=at,
-            )
-        )
+    if held is None:  # two hosts storing the same bytes at once: the loser's insert is skipped
+        values = {"sha256": sha, "data": data, "size": len(data), "created_at": at}
+        _NEW_BLOB.rowcount(conn, {**values, "media_type": media_type or DEFAULT_TYPE})
     if session_id is not None:
         add_ref(conn, sha, session_id, name=name, now=at)
     return sha
@@ -125,14 +125,9 @@ def add_ref(
     blob is not stored."""
     if not exists_blob(conn, sha256):
         return False
-    held = conn.execute(
-        select(refs.c.sha256).where(refs.c.sha256 == sha256, refs.c.session_id == session_id)
-    ).first()
-    if held is None:
-        at = time.time() if now is None else now
-        conn.execute(
-            insert(refs).values(sha256=sha256, session_id=session_id, name=name, created_at=at)
-        )
+    at = time.time() if now is None else now
+    values = {"sha256": sha256, "session_id": session_id, "name": name, "created_at": at}
+    _NEW_REF.rowcount(conn, values)
     return True
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -166,3 +168,30 @@ def test_an_import_whose_bytes_do_not_match_their_digest_is_a_bad_line(
     assert "does not match its sha256" in result.output
     with store.read() as conn:
         assert session_rows.get_session(conn, A) is None and media.stats(conn).blobs == 0
+
+
+def test_two_hosts_storing_the_same_bytes_at_once_keep_one_blob(store: Store) -> None:
+    """Both look, find nothing and insert: the second insert is skipped, not an error."""
+    first_in = threading.Event()
+    errors: list[BaseException] = []
+
+    def holder() -> None:
+        try:
+            with store.write() as conn:
+                media.put(conn, ONLY_A, "application/pdf", max_bytes=CAP, session_id=A)
+                first_in.set()
+                time.sleep(0.5)  # the other writer reaches its insert meanwhile
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+            first_in.set()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    first_in.wait(10)
+    with store.write() as conn:
+        assert media.put(conn, ONLY_A, "application/pdf", max_bytes=CAP, session_id=B)
+    thread.join(10)
+    assert not errors
+    with store.read() as conn:
+        assert media.stats(conn).blobs == 1
+        assert media.session_blobs(conn, A) == media.session_blobs(conn, B) == [sha(ONLY_A)]
