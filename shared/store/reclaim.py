@@ -100,8 +100,10 @@ def prune_in_batches(
     guard: Guard | None = None,
     progress: Callable[[int, int], None] | None = None,
     fold: bool = False,
+    deleted: list[str] | None = None,
 ) -> tuple[int, int]:
     """Delete every prunable session, a short batch at a time: (sessions, messages) deleted.
+    Their ids are added to `deleted` when it is given (a batch's once it has committed).
 
     `progress` hears each batch's (sessions, messages). `fold` (inside `merging_held`): after
     a batch, an index holding more than FOLD_ABOVE segments gets a merge step.
@@ -111,13 +113,17 @@ def prune_in_batches(
         with store.write() as conn:
             if guard is not None:
                 guard(conn)
+            batch: list[str] = []
             gone, taken = prune_batch(
                 conn,
                 ended_before=ended_before,
                 source=source,
                 limit=pacing.batch_sessions,
                 max_messages=pacing.batch_messages,
+                deleted=batch,
             )
+        if deleted is not None:
+            deleted.extend(batch)
         sessions += gone
         messages += taken
         if gone == 0 and taken == 0:

@@ -421,6 +421,7 @@ def prune_batch(
     source: str | None = None,
     limit: int = 500,
     max_messages: int | None = None,
+    deleted: list[str] | None = None,
 ) -> tuple[int, int]:
     """Delete up to `limit` of the oldest prunable sessions; (sessions, messages) deleted.
 
@@ -429,7 +430,8 @@ def prune_batch(
     deletes `max_messages` of its messages and leaves the session (and the rest) for the next
     one, returning (0, n). Call it inside one write transaction (BEGIN IMMEDIATE): the rows
     picked cannot change before they are deleted, and each batch re-reads the condition.
-    Callers loop until it returns (0, 0).
+    Callers loop until it returns (0, 0). The ids of the sessions deleted are added to
+    `deleted` when it is given.
     """
     where = _prunable_where(ended_before, source)
     picked = conn.execute(
@@ -451,6 +453,8 @@ def prune_batch(
         return 0, 0
     media.release(conn, chosen)
     result = conn.execute(delete(sessions).where(sessions.c.id.in_(chosen)))
+    if deleted is not None:
+        deleted.extend(chosen)
     return result.rowcount, taken
 
 

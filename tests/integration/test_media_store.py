@@ -195,3 +195,20 @@ def test_two_hosts_storing_the_same_bytes_at_once_keep_one_blob(store: Store) ->
     with store.read() as conn:
         assert media.stats(conn).blobs == 1
         assert media.session_blobs(conn, A) == media.session_blobs(conn, B) == [sha(ONLY_A)]
+
+
+def test_files_an_older_version_saved_on_this_host_go_with_their_session(
+    settings: Settings, three: Store
+) -> None:
+    """Older versions saved some attachments under $HERMES_HOME/media/<session>/; delete and
+    prune remove the folder of each session they delete, and leave every other one."""
+    folders = {sid: settings.media_dir / sid for sid in (A, B, C)}
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+        (folder / "1-report.bin").write_bytes(b"saved by an older version")
+    unrelated = settings.media_dir / "notes.txt"
+    unrelated.write_text("not a session's folder")
+    assert invoke(settings, ["sessions", "prune", "--older-than", "90", "--yes"]).exit_code == 0
+    assert not folders[A].exists() and not folders[B].exists() and folders[C].exists()
+    assert invoke(settings, ["sessions", "delete", C, "--yes"]).exit_code == 0
+    assert not folders[C].exists() and unrelated.exists()
