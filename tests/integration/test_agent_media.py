@@ -166,3 +166,25 @@ def test_audio_is_transcribed_documents_included_other_files_stored_as_blobs(
     finally:
         rt.renewer.close()
         agent.close()  # type: ignore[attr-defined]
+
+
+def test_a_platform_turn_cannot_name_a_blob_only_the_terminal_uploads_them(
+    hermes_env: dict[str, str], fake: FakeOpenAI, store: Store, tmp_path: Path
+) -> None:
+    """A terminal upload is read by digest; a webhook naming the same digest gets nothing."""
+    settings = model_settings(hermes_env, fake, HERMES_PLATFORMS__TELEGRAM__TOKEN="1:AAx")
+    secret = b"private notes of another session"
+    with store.write() as conn:
+        sha = media.put(conn, secret, "text/plain", max_bytes=1 << 20, session_id="someone")
+    rt, agent = runtime_for(settings, store)
+    named = Attachment(kind="document", name="n.txt", mime_type="text/plain", url=f"blob:{sha}")
+    try:
+        mine = _send(rt, settings, 1, text="mine", attachments=(named,))
+        theirs = _send(rt, settings, 2, chat="c2", platform="telegram", attachments=(named,))
+        assert "private notes of another session" in _turn_user_text(store, mine)
+        said = _turn_user_text(store, theirs)
+        assert "could not be read: not a Telegram file reference" in said
+        assert "private notes" not in said
+    finally:
+        rt.renewer.close()
+        agent.close()  # type: ignore[attr-defined]

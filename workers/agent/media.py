@@ -9,10 +9,11 @@ text only — descriptions, transcripts, document text, blob references — so r
 enter `messages` and are never sent again on later turns.
 
 Fetchers are keyed by platform: a gateway platform registers its own (Telegram file ids, Slack
-private URLs) in `build_fetchers`. An attachment whose url is `blob:<sha256>` (the terminal
-uploads the bytes of `-a FILE` and `/attach PATH` before its turn is recorded) is read from the
-blob table whatever its platform. A terminal turn recorded by an older client still names a
-local `path`: it is read from that path, which works on the host that has the file.
+private URLs) in `build_fetchers`. A terminal attachment whose url is `blob:<sha256>` (the
+terminal uploads the bytes of `-a FILE` and `/attach PATH` before its turn is recorded) is read
+from the blob table; no other platform's turn may name a blob. A terminal turn recorded by an
+older client still names a local `path`: it is read from that path, which works on the host
+that has the file (and its bytes then become a blob like any other).
 """
 
 from __future__ import annotations
@@ -259,7 +260,9 @@ class MediaProcessor:
         return item
 
     def _fetcher(self, platform: str, attachment: Attachment) -> Fetcher | None:
-        if blobs.parse_ref(attachment.url) is not None:
+        # Only the terminal uploads blobs itself; a platform's payload naming `blob:<sha>` is
+        # the platform fetcher's to refuse, so no webhook can pull another session's media in.
+        if platform == CLI and blobs.parse_ref(attachment.url) is not None:
             return self._blobs
         return self._fetchers.get(platform)
 
