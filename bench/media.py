@@ -1,6 +1,6 @@
 """Media blobs: storing and reading N attachments in the database vs writing them to disk.
 
-    python bench/media.py [--count 1000] [--kb 200] [--database-url postgresql://…]
+    python bench/media.py [--quick] [--count 1000] [--kb 200] [--database-url postgresql://…]
 
 Each blob is stored as a worker stores an attachment (`shared.store.media.put` with a session
 reference, one write transaction each), then every one is read back by digest (one read
@@ -103,7 +103,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--kb", type=int, default=200)
     parser.add_argument("--database-url", help="also time PostgreSQL (postgresql://…)")
+    parser.add_argument("--quick", action="store_true", help="100 blobs (a few seconds)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.count = min(args.count, 100)
     blobs = payloads(args.count, args.kb * 1000)
     mb = args.count * args.kb * 1000 / 1e6
     print(f"{args.count} blobs x {args.kb} KB = {mb:.0f} MB", flush=True)
