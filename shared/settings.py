@@ -251,7 +251,8 @@ class Settings(BaseSettings):
 
     @property
     def media_dir(self) -> Path:
-        """Where attachments that are neither text, image nor audio are kept."""
+        """Where older versions saved attachments on this host; nothing is written here now
+        (media lives in the database: shared.store.media)."""
         return self.home / "media"
 
     @classmethod

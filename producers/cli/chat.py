@@ -24,6 +24,7 @@ from producers.cli.chat_options import continue_option, resume_option
 from producers.cli.chat_stack import ChatStack, WorkerExited
 from producers.cli.startup import on_chat_start
 from producers.stack.embedded_redis import EmbeddedRedisError
+from shared.store.media import MediaRefused, check_size, max_bytes_for
 from shared.turns import Attachment
 
 TITLE_WAIT_SECONDS = 2.0
@@ -31,17 +32,18 @@ TITLE_POLL_SECONDS = 0.1
 CHORES_WAIT_SECONDS = 5.0
 
 
-def attachment_for(path: str) -> Attachment:
-    """A local file as an attachment: its kind from its type (the worker reads the file)."""
+def attachment_for(path: str, max_mb: float) -> Attachment:
+    """A local file as an attachment: its kind from its type. The terminal uploads its bytes
+    when the turn is sent (TerminalChat.upload); MediaRefused here when it is over the cap."""
     import mimetypes
 
     file = Path(path).expanduser().resolve()
     mime = mimetypes.guess_type(file.name)[0]
     major = (mime or "").split("/")[0]
     kind = major if major in ("image", "audio") else "document" if major == "text" else "file"
-    return Attachment(
-        kind=kind, name=file.name, mime_type=mime, path=str(file), size=file.stat().st_size
-    )
+    size = file.stat().st_size
+    check_size(size, max_bytes_for(max_mb), file.name)
+    return Attachment(kind=kind, name=file.name, mime_type=mime, path=str(file), size=size)
 
 
 @click.command()
@@ -93,6 +95,7 @@ def run_chat(
     if attach and query is None:
         raise click.UsageError("--attach goes with -q; in a chat, type /attach PATH")
     settings = app.settings
+    files = _checked_files(attach, settings.agent.max_attachment_mb)
     notes = Console(stderr=True, highlight=False)
     store = app.store()
     producer = broker_client(settings)
@@ -128,7 +131,6 @@ def run_chat(
                 code = repl.run(resumed)
             else:
                 assert query is not None
-                files = tuple(attachment_for(p) for p in attach)
                 code = _one_shot(terminal, notes, query, files, timeout, stack.check_worker)
         except WorkerExited as exc:
             notes.print(f"hermes: {exc}", style="red", markup=False, soft_wrap=True)
@@ -151,6 +153,14 @@ def run_chat(
         raise SystemExit(code)
 
 
+def _checked_files(paths: tuple[str, ...], max_mb: float) -> tuple[Attachment, ...]:
+    """`-a` files as attachments, refused (one line, exit 2, nothing stored) over the cap."""
+    try:
+        return tuple(attachment_for(path, max_mb) for path in paths)
+    except MediaRefused as exc:
+        fail(f"hermes: {exc}", 2)
+
+
 def _one_shot(
     terminal: TerminalChat,
     notes: Console,
@@ -162,7 +172,12 @@ def _one_shot(
     """`-q`: the reply on stdout (nothing else), the session id on stderr."""
     if not text.strip() and not attachments:
         raise click.UsageError("-q needs some text")
-    turn_id = terminal.send(text, attachments)
+    try:
+        turn_id = terminal.send(text, attachments)
+    except (MediaRefused, OSError) as exc:  # changed or gone since the start: nothing sent
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        notes.print(f"hermes: an attachment could not be read: {reason}", markup=False)
+        return 2
     outcome = terminal.wait(turn_id, timeout=timeout, tick=lambda _waited, _status: health())
     session_id = terminal.session_id() or terminal.chat_id
     if outcome is None:

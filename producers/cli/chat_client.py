@@ -8,6 +8,10 @@ route `agent:main:cli:dm:<chat id>` maps it to the current session; resuming bin
 to the resumed session (the newest of its compression lineage), so `/new`, `/compress` and
 `/resume` inside the chat move the route and the terminal follows it.
 
+Attachments (`-a FILE`, `/attach PATH`) travel as bytes, not paths: `send` reads each file here
+and stores it in the database's blob table (shared.store.media) before the turn is recorded,
+and the turn names the blob (`blob:<sha256>`), so a worker on any host reads it.
+
 A reply is waited for by reading the turn's status and outbox rows; when the broker is Redis
 the terminal also subscribes to `hermes:cli:<chat id>`, which the worker's cli sender
 publishes on, to wake at once instead of at the next poll.
@@ -19,8 +23,9 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from producers.broker import broker_redis
@@ -35,6 +40,7 @@ from shared.platforms import CLI, DM
 from shared.ports import Waker
 from shared.settings import Settings
 from shared.store import lineage, messages
+from shared.store import media as blobs
 from shared.store import sessions as session_rows
 from shared.store.memory import LOCAL_USER
 from shared.store.resume import latest_session, leave_terminal, lineage_head
@@ -202,8 +208,24 @@ class TerminalChat:
             attachments=attachments,
         )
 
+    def upload(self, attachment: Attachment) -> Attachment:
+        """A local file's bytes into the blob table; the attachment as the turn names it (no
+        path). MediaRefused over `agent.max_attachment_mb`, OSError when unreadable."""
+        if not attachment.path:
+            return attachment
+        cap = blobs.max_bytes_for(self.settings.agent.max_attachment_mb)
+        path = Path(attachment.path)
+        name = attachment.name or path.name
+        blobs.check_size(path.stat().st_size, cap, name)
+        data = path.read_bytes()
+        with self.store.write() as conn:
+            sha = blobs.put(conn, data, attachment.mime_type, max_bytes=cap, name=name)
+        return replace(attachment, path=None, url=blobs.ref_of(sha), size=len(data), name=name)
+
     def send(self, text: str, attachments: tuple[Attachment, ...] = ()) -> int:
-        """Record a turn (the worker is woken); returns its id."""
+        """Record a turn (the worker is woken); returns its id. Attached files are uploaded
+        first (see `upload`); a refused one raises before anything is recorded."""
+        attachments = tuple(self.upload(attachment) for attachment in attachments)
         if self._pubsub is None:
             self._pubsub = subscriber(self.settings, self.chat_id)
         event = f"{self.chat_id}:{uuid.uuid4().hex}"

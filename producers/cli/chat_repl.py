@@ -24,6 +24,7 @@ from shared import __version__
 from shared.model import SessionRecord
 from shared.pipeline import inbox
 from shared.settings import Settings
+from shared.store.media import MediaRefused
 from shared.turns import Attachment
 
 SLOW_WORKER_SECONDS = 15.0
@@ -140,7 +141,11 @@ class Repl:
         if not path or not Path(path).expanduser().is_file():
             self.console.print(Text(f"No such file: {path or '(none given)'}", style="red"))
             return
-        attachment = attachment_for(path)
+        try:
+            attachment = attachment_for(path, self.settings.agent.max_attachment_mb)
+        except MediaRefused as exc:
+            self.console.print(Text(f"Not attached: {exc}", style="red"))
+            return
         self.pending.append(attachment)
         self.console.print(
             Text(f"Attached {attachment.name} ({attachment.kind}); it goes with your next message.",
@@ -153,8 +158,15 @@ class Repl:
         before = self.terminal.session_id()
         command = text.split()[0] if text.startswith("/") else ""
         handoffs_before = last_id(self.terminal.store, before) if command == "/handoff" else 0
-        turn_id = self.terminal.send(text, tuple(self.pending))
+        pending = tuple(self.pending)
         self.pending.clear()
+        try:
+            turn_id = self.terminal.send(text, pending)
+        except (MediaRefused, OSError) as exc:  # changed or gone since /attach: nothing sent
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            self.console.print(Text(f"Not sent: an attachment could not be read: {reason}",
+                                    style="red"))  # fmt: skip
+            return
         self._stop_replies: list[str] = []
         outcome = self._wait(turn_id)
         if outcome is not None:

@@ -11,6 +11,7 @@ from producers.cli.app import App, pass_app
 from producers.cli.guard import store_command
 from producers.cli.render import confirm, human_bytes, local_date, progress_bar
 from producers.cli.space import ReclaimError, reclaim
+from shared import legacy_media
 from shared.db import OperationalError, Store
 from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
@@ -71,6 +72,7 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
         click.echo("Aborted; nothing deleted.", err=True)
         click.get_current_context().exit(1)
     paced = reclaim_store.pacing_for(app.settings.maintenance, batch_sessions=PRUNE_BATCH)
+    gone: list[str] = []
     with reclaim_store.merging_held(store):
         with progress_bar(summary.sessions, "Pruning") as advance:
             deleted, messages = reclaim_store.prune_in_batches(
@@ -81,8 +83,10 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
                 sleep=time.sleep,
                 progress=lambda count, _messages: advance(count),
                 fold=True,
+                deleted=gone,
             )
         click.echo(f"Deleted {plural(deleted, 'session')} ({plural(messages, 'message')}).")
+        legacy_media.remove(app.settings.media_dir, gone)  # files an older version saved here
         if deleted or messages:
             _merge(store, paced, full=True)
     if app.settings.sessions.vacuum_after_prune and deleted:

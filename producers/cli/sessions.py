@@ -11,6 +11,7 @@ from producers.cli.prune import prune_cmd
 from producers.cli.render import confirm, human_bytes, listing_table, print_table
 from producers.cli.sessions_io import export_cmd, import_cmd
 from producers.cli.space import file_sizes
+from shared import legacy_media
 from shared.db import SessionNotFound
 from shared.store import lineage
 from shared.store import reclaim as reclaim_store
@@ -72,6 +73,7 @@ def delete_cmd(ctx: click.Context, app: App, session: str, yes: bool) -> None:
     with store.write() as conn:
         if not session_rows.delete_session(conn, record.id):
             raise SessionNotFound(record.id)
+    legacy_media.remove(app.settings.media_dir, [record.id])  # files an older version saved
     click.echo(f"Deleted session {record.id} ({plural(record.message_count, 'message')}).")
 
 

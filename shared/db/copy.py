@@ -285,6 +285,7 @@ def _copy_table(
     a second pass, so a row may name one that comes after it."""
     on_table(table.name, total)
     later = _self_references(table)
+    batch = min(batch, int(table.info.get("copy_batch", batch)))  # large rows, fewer at a time
     for rows in _batches(src, table, batch):
         _insert(dst, table, [{**row, **dict.fromkeys(later)} for row in rows] if later else rows)
         on_rows(table.name, len(rows))

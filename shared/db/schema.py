@@ -9,6 +9,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     Text,
@@ -289,6 +290,39 @@ platform_cursors = Table(
     Column("account", Text, primary_key=True),
     Column("cursor", Text, nullable=False),
     Column("updated_at", Float, nullable=False),
+)
+
+# --- media blobs (revision 0017) ---
+
+# Attachments and derived media, content-addressed: every host of a fleet reads them here, never
+# from a path on one host. Owned by shared.store.media.
+media_blobs = Table(
+    "media_blobs",
+    metadata,
+    Column("sha256", Text, primary_key=True),  # hex digest of `data`
+    Column("data", LargeBinary, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("media_type", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_media_blobs_created", "created_at"),
+    info={"copy_batch": 16},  # `hermes db copy` moves few of these at a time: they are large
+)
+
+# Which session holds which blob; a blob goes when its last reference goes. Plain text session
+# ids (no foreign key): a turn's attachment is stored before its session row may exist.
+media_refs = Table(
+    "media_refs",
+    metadata,
+    Column(
+        "sha256",
+        Text,
+        ForeignKey("media_blobs.sha256", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("session_id", Text, primary_key=True),
+    Column("name", Text),
+    Column("created_at", Float, nullable=False),
+    Index("ix_media_refs_session", "session_id"),
 )
 
 # --- the usage ledger (revision 0008) ---

@@ -5,6 +5,10 @@ objects (every column of `messages` but `session_id`; `tool_calls` decoded when 
 Import is idempotent by session id, checks every value against the schema, and writes each
 line atomically (a savepoint per line inside short batch transactions). Message ids in a
 file are never reused; the store numbers the messages afresh, in file order.
+
+A session that holds media carries it in `media`: one object per blob (`sha256`, `media_type`,
+`size`, `name`, `data` in base64). Import checks each blob's bytes against its sha256 and stores
+it once, however many sessions or imports carry it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from shared.db.engine import Store
 from shared.db.errors import TitleInUse
 from shared.db.schema import messages, sessions
 from shared.ids import is_safe_session_id
+from shared.store import media as media_rows
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
 from shared.store.sessions import title_holder
@@ -94,6 +99,9 @@ def session_document(conn: Connection, row: Row[Any]) -> dict[str, Any]:
         select(messages).where(messages.c.session_id == data["id"]).order_by(messages.c.id)
     )
     doc["messages"] = [message_document(message) for message in found]
+    held = media_rows.export_documents(conn, data["id"])
+    if held:
+        doc["media"] = held
     return doc
 
 
@@ -132,6 +140,7 @@ class ParsedSession:
     values: dict[str, Any]
     parent_id: str | None
     messages: list[dict[str, Any]]
+    media: list[media_rows.ImportedBlob] = field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -289,7 +298,11 @@ def parse_document(doc: dict[str, Any]) -> ParsedSession:
     if values.get("last_active_at") is None:
         values["last_active_at"] = rows[-1]["timestamp"] if rows else values["started_at"]
     parent = values.pop("parent_session_id", None)
-    return ParsedSession(values, parent if parent != values["id"] else None, rows)
+    try:
+        blobs = media_rows.parse_documents(doc.get("media"), "media")
+    except ValueError as error:
+        raise BadLine(str(error).removeprefix("media: ")) from None
+    return ParsedSession(values, parent if parent != values["id"] else None, rows, blobs)
 
 
 # --- import: writing ---
@@ -322,6 +335,7 @@ def write_session(conn: Connection, parsed: ParsedSession) -> int | None:
             raise BadLine(str(TitleInUse(title, holder)))
     session_rows.insert_imported(conn, parsed.values)
     message_rows.insert_imported(conn, parsed.id, parsed.messages)
+    media_rows.import_blobs(conn, parsed.id, parsed.media)
     return len(parsed.messages)
 
 
@@ -359,7 +373,8 @@ class _Importer:
             self.report.bad.append((number, str(error)))
             return
         self.batch.append((number, parsed))
-        self.weight += 1 + len(parsed.messages)
+        # a blob weighs as a message per 16 KiB: a batch of large media stays small in memory
+        self.weight += 1 + len(parsed.messages) + sum(len(b.data) for b in parsed.media) // 16384
         if len(self.batch) >= IMPORT_BATCH_LINES or self.weight >= IMPORT_BATCH_MESSAGES:
             self.flush()
 
@@ -391,6 +406,8 @@ class _Importer:
             self.report.present.append(parsed.id)
             if _differs(conn, parsed):
                 self.report.differing.append((number, parsed.id))
+            else:  # the same session: media a partial earlier import missed goes in now
+                media_rows.import_blobs(conn, parsed.id, parsed.media)
             return
         self.report.imported += 1
         self.report.messages += written

@@ -25,6 +25,7 @@ from sqlalchemy import Connection
 from shared.db import postgresql, sqlite
 from shared.db.engine import Store
 from shared.sections import MaintenanceSettings
+from shared.store import media
 from shared.store.sessions import prune_batch
 
 # Runs first inside every write transaction (the sweep checks its lease there); raises to stop.
@@ -99,8 +100,10 @@ def prune_in_batches(
     guard: Guard | None = None,
     progress: Callable[[int, int], None] | None = None,
     fold: bool = False,
+    deleted: list[str] | None = None,
 ) -> tuple[int, int]:
     """Delete every prunable session, a short batch at a time: (sessions, messages) deleted.
+    Their ids are added to `deleted` when it is given (a batch's once it has committed).
 
     `progress` hears each batch's (sessions, messages). `fold` (inside `merging_held`): after
     a batch, an index holding more than FOLD_ABOVE segments gets a merge step.
@@ -110,16 +113,21 @@ def prune_in_batches(
         with store.write() as conn:
             if guard is not None:
                 guard(conn)
+            batch: list[str] = []
             gone, taken = prune_batch(
                 conn,
                 ended_before=ended_before,
                 source=source,
                 limit=pacing.batch_sessions,
                 max_messages=pacing.batch_messages,
+                deleted=batch,
             )
+        if deleted is not None:
+            deleted.extend(batch)
         sessions += gone
         messages += taken
         if gone == 0 and taken == 0:
+            sweep_media(store, guard=guard, limit=pacing.batch_sessions)
             return sessions, messages
         if progress is not None:
             progress(gone, taken)
@@ -127,6 +135,27 @@ def prune_in_batches(
         sleep(pacing.pause_s)
         if fold:
             _fold(store, pacing=pacing, sleep=sleep, guard=guard)
+
+
+def sweep_media(
+    store: Store,
+    *,
+    now: float | None = None,
+    guard: Guard | None = None,
+    limit: int = 500,
+) -> int:
+    """Remove blobs no session references that are older than the grace period (uploads whose
+    turn never ran), a short batch at a time; how many went."""
+    older_than = (time.time() if now is None else now) - media.UNREFERENCED_GRACE_SECONDS
+    removed = 0
+    while True:
+        with store.write() as conn:
+            if guard is not None:
+                guard(conn)
+            gone = media.sweep_unreferenced(conn, older_than=older_than, limit=limit)
+        removed += gone
+        if gone < limit:
+            return removed
 
 
 @contextmanager

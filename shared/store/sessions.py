@@ -15,6 +15,7 @@ from shared.db.prepared import Prepared
 from shared.db.schema import messages, sessions, source_stats
 from shared.mentions import without_mentions
 from shared.model import SessionRecord
+from shared.store import media
 from shared.store import messages as message_rows
 from shared.titles import TitleSource, validate_title
 
@@ -211,7 +212,9 @@ def link_parent(conn: Connection, child: str, parent: str) -> None:
 
 
 def delete_session(conn: Connection, session_id: str) -> bool:
-    """Delete a session and its messages; its continuations keep living, unparented."""
+    """Delete a session, its messages and the media only it held; its continuations keep
+    living, unparented."""
+    media.release(conn, [session_id])
     result = conn.execute(delete(sessions).where(sessions.c.id == session_id))
     return result.rowcount > 0
 
@@ -335,6 +338,7 @@ def prunable(
 def delete_sessions(conn: Connection, session_ids: Sequence[str]) -> int:
     if not session_ids:
         return 0
+    media.release(conn, session_ids)
     result = conn.execute(delete(sessions).where(sessions.c.id.in_(list(session_ids))))
     return result.rowcount
 
@@ -417,6 +421,7 @@ def prune_batch(
     source: str | None = None,
     limit: int = 500,
     max_messages: int | None = None,
+    deleted: list[str] | None = None,
 ) -> tuple[int, int]:
     """Delete up to `limit` of the oldest prunable sessions; (sessions, messages) deleted.
 
@@ -425,7 +430,8 @@ def prune_batch(
     deletes `max_messages` of its messages and leaves the session (and the rest) for the next
     one, returning (0, n). Call it inside one write transaction (BEGIN IMMEDIATE): the rows
     picked cannot change before they are deleted, and each batch re-reads the condition.
-    Callers loop until it returns (0, 0).
+    Callers loop until it returns (0, 0). The ids of the sessions deleted are added to
+    `deleted` when it is given.
     """
     where = _prunable_where(ended_before, source)
     picked = conn.execute(
@@ -445,7 +451,10 @@ def prune_batch(
         taken += int(row.message_count)
     if not chosen:
         return 0, 0
+    media.release(conn, chosen)
     result = conn.execute(delete(sessions).where(sessions.c.id.in_(chosen)))
+    if deleted is not None:
+        deleted.extend(chosen)
     return result.rowcount, taken
 
 

@@ -6,7 +6,7 @@ What the transcript keeps is text only: never the bytes, never re-sent on later 
 from __future__ import annotations
 
 import base64
-import stat
+import hashlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +17,7 @@ from producers.intake import accept
 from shared.db import Store
 from shared.pipeline import inbox
 from shared.settings import Settings
-from shared.store import messages
+from shared.store import media, messages
 from shared.turns import Attachment
 from tests.fakes.openai_server import FakeOpenAI, reply, running
 from tests.integration.test_agent import AUX, MAIN, model_settings
@@ -27,6 +27,8 @@ from workers.drain import drain
 from workers.runtime import Runtime
 
 # A real 1x1 PNG.
+pytestmark = pytest.mark.both_databases
+
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 )
@@ -117,7 +119,7 @@ def test_vision_model_gets_the_image_once_and_a_refusal_falls_back_to_a_descript
         agent.close()  # type: ignore[attr-defined]
 
 
-def test_audio_is_transcribed_documents_included_other_files_saved(
+def test_audio_is_transcribed_documents_included_other_files_stored_as_blobs(
     hermes_env: dict[str, str], fake: FakeOpenAI, store: Store, tmp_path: Path
 ) -> None:
     settings = model_settings(hermes_env, fake, HERMES_TRANSCRIPTION__MODEL="whisper-test")
@@ -146,16 +148,43 @@ def test_audio_is_transcribed_documents_included_other_files_saved(
         sent = fake.chats(MAIN)[0].text()
         assert "transcript: remind me to call Ana" in sent
         assert "ship it on Friday" in sent
-        saved = settings.media_dir
-        files = list(saved.rglob("*data.bin"))
-        assert len(files) == 1 and files[0].read_bytes() == bytes(range(256))
-        # media/, the session's folder and the file: the owner's alone, whatever the umask
-        modes = [stat.S_IMODE(p.stat().st_mode) for p in (saved, files[0].parent, files[0])]
-        assert modes == [0o700, 0o700, 0o600]
-        assert str(files[0]) in sent
+        # nothing is saved on this host: the bytes are in the blob table, named by digest
+        assert not settings.media_dir.exists()
+        sha = hashlib.sha256(bytes(range(256))).hexdigest()
+        assert f"blob:{sha}" in sent
+        with store.read() as conn:
+            held = media.read(conn, sha)
+            session_id = inbox.get_turn(conn, turn_id).session_id  # type: ignore[union-attr]
+            kept = media.session_blobs(conn, session_id)
+        assert held is not None and held.data == bytes(range(256))
+        audio_sha = hashlib.sha256(b"OggS fake audio").hexdigest()
+        assert audio_sha in kept and sha in kept and len(kept) == 3
         stored = _turn_user_text(store, turn_id)
         assert "[audio: note.ogg — transcript: remind me to call Ana]" in stored
-        assert "[document: notes.md]" in stored and str(files[0]) in stored
+        assert "[document: notes.md]" in stored and f"blob:{sha}" in stored
+        assert str(tmp_path) not in stored  # no path of this host in the transcript
+    finally:
+        rt.renewer.close()
+        agent.close()  # type: ignore[attr-defined]
+
+
+def test_a_platform_turn_cannot_name_a_blob_only_the_terminal_uploads_them(
+    hermes_env: dict[str, str], fake: FakeOpenAI, store: Store, tmp_path: Path
+) -> None:
+    """A terminal upload is read by digest; a webhook naming the same digest gets nothing."""
+    settings = model_settings(hermes_env, fake, HERMES_PLATFORMS__TELEGRAM__TOKEN="1:AAx")
+    secret = b"private notes of another session"
+    with store.write() as conn:
+        sha = media.put(conn, secret, "text/plain", max_bytes=1 << 20, session_id="someone")
+    rt, agent = runtime_for(settings, store)
+    named = Attachment(kind="document", name="n.txt", mime_type="text/plain", url=f"blob:{sha}")
+    try:
+        mine = _send(rt, settings, 1, text="mine", attachments=(named,))
+        theirs = _send(rt, settings, 2, chat="c2", platform="telegram", attachments=(named,))
+        assert "private notes of another session" in _turn_user_text(store, mine)
+        said = _turn_user_text(store, theirs)
+        assert "could not be read: not a Telegram file reference" in said
+        assert "private notes" not in said
     finally:
         rt.renewer.close()
         agent.close()  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from shared.db import Store, open_store
 from shared.db.copy import tables_to_copy
 from shared.pipeline import cron
 from shared.search import SearchRequest, search
-from shared.store import memory
+from shared.store import media, memory
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
 from tests.conftest import POSTGRES_DB, service_or_skip
@@ -80,6 +80,19 @@ def fill(store: Store, sessions: int = 40, per_session: int = 12) -> None:
             conn, "20250101_000000_abcdef", f"20250101_{sessions - 1:06d}_abcdef"
         )
         memory.save_note(conn, "cli:local", "prefers metric units", now=1.7e9)
+        # media: one blob per few sessions, one shared by two, more than one copy batch of them
+        for i in range(min(sessions, 20)):
+            data = bytes([i]) * (70_000 + i) + bytes(range(256))
+            sid = f"20250101_{i:06d}_abcdef"
+            media.put(conn, data, "image/png", max_bytes=1 << 20, session_id=sid, name=f"{i}.png")
+            if i == 1:
+                media.put(
+                    conn,
+                    data,
+                    "image/png",
+                    max_bytes=1 << 20,
+                    session_id=f"20250101_{0:06d}_abcdef",
+                )
         cron.add_job(conn, schedule="0 9 * * *", prompt="morning summary", now=1.7e9, name="am")
 
 
@@ -127,6 +140,7 @@ def test_round_trip_sqlite_postgresql_sqlite_is_equal(
     source = f"sqlite:///{store.path}"
     before, counted = dump(source), stats_of(source)
     assert len(before["messages"]) == 40 * 12 and len(counted.by_source) == 3
+    assert len(before["media_blobs"]) == 20 and len(before["media_refs"]) == 21
 
     up = copy(hermes_env, source, pg_target)
     assert up.returncode == 0, up.stderr

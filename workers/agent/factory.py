@@ -50,7 +50,7 @@ def build_agent(settings: Settings, store: Store) -> Agent:
     """The offline model until a model endpoint (`model.base_url`) is configured."""
     auxiliary = build_auxiliary(settings)
     fetchers = build_fetchers(settings)
-    media = MediaProcessor(settings, fetchers, auxiliary, build_transcriber(settings))
+    media = MediaProcessor(settings, fetchers, auxiliary, build_transcriber(settings), store)
     endpoint = settings.model_endpoint
     if endpoint is None:
         return OfflineAgent(latency=settings.model.offline_latency_ms / 1000, media=media)

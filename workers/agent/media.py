@@ -1,13 +1,19 @@
 """A turn's attachments: fetched by platform, turned into what this turn's model call needs.
 
 Attachments are turn-scoped. An image goes to the model itself when it has vision, else the
-auxiliary model describes it once; audio is transcribed; a text document's text is included;
-any other file is saved under `$HERMES_HOME/media/<session>/` and named by its path. What the
-transcript keeps (`TurnMedia.note`) is text only — descriptions, transcripts, document text,
-paths — so raw bytes never enter `messages` and are never sent again on later turns.
+auxiliary model describes it once; audio is transcribed; a text document's text is included.
+Every attachment's bytes are stored once in the database's blob table (shared.store.media),
+referenced by the session, so any host of a fleet reads them; the transcript names the blob
+(`blob:<sha256>`), never a path on one host. What the transcript keeps (`TurnMedia.note`) is
+text only — descriptions, transcripts, document text, blob references — so raw bytes never
+enter `messages` and are never sent again on later turns.
 
-Fetchers are keyed by platform: the terminal's attachments are local file paths; a gateway
-platform registers its own (Telegram file ids, Slack private URLs) in `build_fetchers`.
+Fetchers are keyed by platform: a gateway platform registers its own (Telegram file ids, Slack
+private URLs) in `build_fetchers`. A terminal attachment whose url is `blob:<sha256>` (the
+terminal uploads the bytes of `-a FILE` and `/attach PATH` before its turn is recorded) is read
+from the blob table; no other platform's turn may name a blob. A terminal turn recorded by an
+older client still names a local `path`: it is read from that path, which works on the host
+that has the file (and its bytes then become a blob like any other).
 """
 
 from __future__ import annotations
@@ -16,16 +22,16 @@ import base64
 import json
 import logging
 import mimetypes
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from shared.ids import is_safe_session_id
+from shared.db import Store
 from shared.pipeline.inbox import TurnRow
 from shared.platforms import CLI
 from shared.settings import Settings
+from shared.store import media as blobs
 from shared.turns import Attachment
 from shared.usage import TRANSCRIPTION, ModelCall
 from workers.agent.auxiliary import Auxiliary, AuxiliaryUnavailable
@@ -78,6 +84,25 @@ class LocalFileFetcher:
             raise FetchError(exc.strerror or str(exc)) from exc
 
 
+class BlobFetcher:
+    """Attachments already in the blob table (`blob:<sha256>`): the same on every host."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def fetch(self, attachment: Attachment, max_bytes: int) -> bytes:
+        sha = blobs.parse_ref(attachment.url)
+        if sha is None:
+            raise FetchError("not a blob reference")
+        with self._store.read() as conn:
+            found = blobs.read(conn, sha)
+        if found is None:
+            raise FetchError(f"{attachment.url} is not in the store (deleted?)")
+        if found.size > max_bytes:
+            raise FetchError(f"{found.size} bytes is over the {max_bytes}-byte limit")
+        return found.data
+
+
 class Fetchers:
     """A tiny registry: platform → fetcher."""
 
@@ -123,7 +148,13 @@ class Item:
     kind: str
     mime_type: str
     note: str
-    image: bytes | None = None  # sent natively this turn (vision), never stored
+    image: bytes | None = None  # sent natively this turn (vision), never in the transcript
+    ref: str | None = None  # `blob:<sha256>`: where every host reads the bytes
+
+    @property
+    def noted(self) -> str:
+        """The note as the transcript keeps it: with the blob it names, never a host path."""
+        return f"{self.note} ({self.ref}, {self.mime_type})" if self.ref else self.note
 
 
 @dataclass
@@ -132,7 +163,7 @@ class TurnMedia:
 
     @property
     def note(self) -> str | None:
-        notes = [item.note for item in self.items]
+        notes = [item.noted for item in self.items]
         return "\n\n".join(notes) if notes else None
 
     @property
@@ -165,11 +196,6 @@ def _kind(attachment: Attachment, mime: str, name: str) -> str:
     return "document" if attachment.kind == "document" else "file"
 
 
-def _safe_name(name: str) -> str:
-    base = Path(name).name or "attachment"
-    return re.sub(r"[^\w.\-]+", "_", base)[:100] or "attachment"
-
-
 class MediaProcessor:
     def __init__(
         self,
@@ -177,14 +203,16 @@ class MediaProcessor:
         fetchers: Fetchers,
         auxiliary: Auxiliary,
         transcriber: Transcriber | None,
+        store: Store,
     ) -> None:
-        self._dir = settings.media_dir
+        self._store = store
+        self._blobs = BlobFetcher(store)
         self._fetchers = fetchers
         self._aux = auxiliary
         self._aux_vision = settings.auxiliary.vision
         self._transcriber = transcriber
         self._doc_chars = settings.agent.document_chars
-        self._max_bytes = int(settings.agent.max_attachment_mb * 1024 * 1024)
+        self._max_bytes = blobs.max_bytes_for(settings.agent.max_attachment_mb)
 
     def close(self) -> None:
         closer = getattr(self._transcriber, "close", None)
@@ -211,9 +239,11 @@ class MediaProcessor:
         meter: Meter | None,
     ) -> Item:
         name = attachment.name or Path(attachment.path or attachment.url or "attachment").name
+        if blobs.parse_ref(name) is not None:
+            name = "attachment"
         mime = _mime(attachment, name)
         kind = _kind(attachment, mime, name)
-        fetcher = self._fetchers.get(turn.platform)
+        fetcher = self._fetcher(turn.platform, attachment)
         if fetcher is None:
             note = f"[{kind}: {name} — not fetched: no fetcher for {turn.platform} attachments]"
             return Item(name, kind, mime, note)
@@ -221,6 +251,40 @@ class MediaProcessor:
             data = fetcher.fetch(attachment, self._max_bytes)
         except (FetchError, FetchFailed) as exc:  # the platforms' fetchers raise FetchFailed
             return Item(name, kind, mime, f"[{kind}: {name} — could not be read: {exc}]")
+        try:
+            ref = self._keep(session_id, name, mime, data)
+        except blobs.MediaRefused as exc:
+            return Item(name, kind, mime, f"[{kind}: {name} — not stored: {exc}]")
+        item = self._item(name, kind, mime, data, session_id, index, vision, meter)
+        item.ref = ref
+        return item
+
+    def _fetcher(self, platform: str, attachment: Attachment) -> Fetcher | None:
+        # Only the terminal uploads blobs itself; a platform's payload naming `blob:<sha>` is
+        # the platform fetcher's to refuse, so no webhook can pull another session's media in.
+        if platform == CLI and blobs.parse_ref(attachment.url) is not None:
+            return self._blobs
+        return self._fetchers.get(platform)
+
+    def _keep(self, session_id: str, name: str, mime: str, data: bytes) -> str:
+        """The bytes in the blob table, referenced by the session; their `blob:<sha256>`."""
+        with self._store.write() as conn:
+            sha = blobs.put(
+                conn, data, mime, max_bytes=self._max_bytes, session_id=session_id, name=name
+            )
+        return blobs.ref_of(sha)
+
+    def _item(
+        self,
+        name: str,
+        kind: str,
+        mime: str,
+        data: bytes,
+        session_id: str,
+        index: int,
+        vision: bool,
+        meter: Meter | None,
+    ) -> Item:
         if kind == "image":
             if vision:
                 return Item(name, kind, mime, f"[image: {name}]", image=data)
@@ -232,11 +296,7 @@ class MediaProcessor:
             text = _text_of(data)
             if text is not None:
                 return Item(name, kind, mime, self._document_note(name, text))
-        path = self._save(session_id, index, name, data)
-        note = (
-            f"[file: {name} ({mime}, {len(data)} bytes) saved at {path}; "
-            "its content is not shown here]"
-        )
+        note = f"[file: {name} ({mime}, {len(data)} bytes) stored; its content is not shown here]"
         return Item(name, "file", mime, note)
 
     def described(
@@ -248,12 +308,12 @@ class MediaProcessor:
             try:
                 said = self._aux.describe_image(item.image, item.mime_type, meter)
                 description = " ".join(said.split())
-                return Item(item.name, "image", item.mime_type, _described(item.name, description))
+                note = _described(item.name, description)
+                return Item(item.name, "image", item.mime_type, note, ref=item.ref)
             except AuxiliaryUnavailable as exc:
                 log.warning("image %s not described: %s", item.name, exc)
-        path = self._save(session_id, index, item.name, item.image)
-        note = f"[image: {item.name} saved at {path}; no model here could look at it]"
-        return Item(item.name, "image", item.mime_type, note)
+        note = f"[image: {item.name} stored; no model here could look at it]"
+        return Item(item.name, "image", item.mime_type, note, ref=item.ref)
 
     def _audio(
         self, name: str, mime: str, data: bytes, session_id: str, index: int, meter: Meter | None
@@ -264,27 +324,13 @@ class MediaProcessor:
                 return Item(name, "audio", mime, f"[audio: {name} — transcript: {text}]")
             except Exception as exc:
                 log.warning("audio %s not transcribed: %s", name, exc)
-        path = self._save(session_id, index, name, data)
-        return Item(name, "audio", mime, f"[audio: {name} saved at {path}; not transcribed]")
+        return Item(name, "audio", mime, f"[audio: {name} stored; not transcribed]")
 
     def _document_note(self, name: str, text: str) -> str:
         if len(text) > self._doc_chars:
             cut = len(text) - self._doc_chars
             text = text[: self._doc_chars] + f"\n… [{cut} more characters not included]"
         return f"[document: {name}]\n{text}"
-
-    def _save(self, session_id: str, index: int, name: str, data: bytes) -> Path:
-        if not is_safe_session_id(session_id):  # the import refuses such ids; never a path out
-            raise ValueError(f"session id {session_id!r} cannot name a media folder")
-        # each level by itself: with parents=True, media/ would get the umask's 0755
-        self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._dir.chmod(0o700)
-        folder = self._dir / session_id
-        folder.mkdir(exist_ok=True, mode=0o700)
-        path = folder / f"{index + 1}-{_safe_name(name)}"
-        path.write_bytes(data)
-        path.chmod(0o600)
-        return path
 
 
 def _described(name: str, description: str) -> str:

@@ -13,6 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from shared import legacy_media
 from shared.db import Connection, meta
 from shared.maintenance import PRUNE_LAST_RUN, prune_due
 from shared.pipeline import leases
@@ -85,10 +86,18 @@ def _run(rt: Runtime, lease: leases.Lease) -> PruneReport:
     guard = lease_guard(rt, lease)
     merged = reclaimed = None
     with reclaim_store.merging_held(rt.store, guard):
+        gone: list[str] = []
         sessions, messages = reclaim_store.prune_in_batches(
-            rt.store, ended_before=cutoff, pacing=pacing, sleep=time.sleep, guard=guard, fold=True
+            rt.store,
+            ended_before=cutoff,
+            pacing=pacing,
+            sleep=time.sleep,
+            guard=guard,
+            fold=True,
+            deleted=gone,
         )
         if sessions or messages:
+            legacy_media.remove(rt.settings.media_dir, gone)  # this host's files of older versions
             merged = reclaim_store.merge_indexes(
                 rt.store, pacing=pacing, sleep=time.sleep, full=True, guard=guard, hold=False
             )
