@@ -62,7 +62,7 @@ def _free_subnet() -> ipaddress.IPv4Network:
     used = _ip("-4", "-o", "addr", "show").stdout
     routes = _ip("-4", "route", "show", "table", "all").stdout
     for third in secrets.SystemRandom().sample(range(1, 255), 254):
-        net = ipaddress.ip_network(f"10.231.{third}.0/24")
+        net = ipaddress.IPv4Network(f"10.231.{third}.0/24")
         if f"10.231.{third}." not in used and f"10.231.{third}." not in routes:
             return net
     raise NetnsUnavailable("no free /24 in 10.231.0.0/16")
@@ -249,10 +249,12 @@ class Redis:
 
     def __init__(self, host: Host, workdir: Path, port: int = 16379) -> None:
         self.host, self.port = host, port
-        argv = ["redis-server", "--bind", host.ip, "--port", str(port), "--save", "",
-                "--appendonly", "no", "--protected-mode", "no", "--dir", str(workdir)]  # fmt: skip
+        where = ["--bind", host.ip, "--port", str(port), "--dir", str(workdir)]
+        volatile = ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
         self.proc = subprocess.Popen(
-            host.argv(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            host.argv("redis-server", *where, *volatile),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
 
     @property
@@ -267,9 +269,9 @@ class Postgres:
         self.host, self.port = host, port
         self.data = network.temp_dir("pg", owner="postgres")
         as_postgres = ["runuser", "-u", "postgres", "--"]
+        initdb = ["initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync"]
         subprocess.run(
-            [*as_postgres, "initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres",
-             "--no-sync", "-E", "UTF8", "--locale", "C"],  # fmt: skip
+            [*as_postgres, *initdb, "-E", "UTF8", "--locale", "C"],
             check=True,
             capture_output=True,
             timeout=120,
@@ -280,9 +282,10 @@ class Postgres:
             f"-c listen_addresses={host.ip} -p {port} -k {self.data} -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=400"
         )
+        log = str(self.data / "server.log")
+        pg_ctl = ["pg_ctl", "-D", str(self.data), "-l", log, "-w", "-t", "60", "-o", options]
         subprocess.run(
-            host.argv(*as_postgres, "pg_ctl", "-D", str(self.data), "-l",
-                      str(self.data / "server.log"), "-w", "-t", "60", "-o", options, "start"),  # fmt: skip
+            host.argv(*as_postgres, *pg_ctl, "start"),
             check=True,
             capture_output=True,
             timeout=90,

@@ -49,7 +49,7 @@ from shared.turns import InboundTurn
 from tests import netns_kit
 from tests.fakes.openai_server import FakeOpenAI, Step, _last_user
 from tests.fakes.server import Served
-from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_api import Call, FakeTelegram
 from workers.beat_lock import LOCK_PREFIX
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -66,7 +66,6 @@ PHOTO_EVERY = 19  # about one turn in 19 carries a photo
 LEASE = 3.0
 SLOW_MODEL = 15.0  # how long the model keeps the host about to be cut waiting
 FIRST_CHAT = 5_100_000
-LOST_CHAT = FIRST_CHAT + 999  # c999: a turn recorded with its wake-up lost: only a redrive answers it
 LABEL = re.compile(r"c\d{3} t\d{2}")
 # Attachments are still saved where the worker that ran the turn lives; another branch moves
 # them into the database (issue 17, "nothing host-local"). Switch this on with it.
@@ -243,10 +242,8 @@ def _update(chat: int, n: int) -> dict[str, Any]:
         "date": int(time.time()),
     }
     if _has_photo(chat, n):
-        message["photo"] = [
-            {"file_id": _photo_id(chat, n), "file_unique_id": f"u{chat}x{n}", "file_size": 700,
-             "width": 64, "height": 48},  # fmt: skip
-        ]
+        size = {"file_size": 700, "width": 64, "height": 48}
+        message["photo"] = [{"file_id": _photo_id(chat, n), "file_unique_id": f"u{chat}", **size}]
         message["caption"] = label(chat, n)
     else:
         message["text"] = label(chat, n)
@@ -436,22 +433,33 @@ def _cut_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> dict[str,
             break
         time.sleep(0.05)
     fleet.net.cut(host)
-    cut_at = time.monotonic()
+    cut_at, cut_wall = time.monotonic(), time.time()
     log.append(f"cut w2 off holding {len(held)} leases, {len(caught)} waiting on the model")
-    moved: list[str] = []
     while time.monotonic() < cut_at + 45:
         now_fences = _fences(store, list(caught))
-        moved = [k for k, f in caught.items() if now_fences.get(k, 0) > f]
-        if moved and time.monotonic() > cut_at + 2 * LEASE:
+        taken = any(now_fences.get(k, 0) > f for k, f in caught.items())
+        if taken and time.monotonic() > cut_at + 2 * LEASE:
             break
         time.sleep(0.1)
+    # While w2 is cut off it can take no lease: every fence that moved meanwhile is a takeover.
+    after = _fences(store, list(held))
+    moved = sorted(k for k, f in held.items() if after.get(k, 0) > f)
     fleet.net.restore(host)
+    restored = time.time()
     fleet.model.slow.pop("fake-w2")
     took = time.monotonic() - cut_at
     log.append(f"w2 back after {took:.1f} s (lease {LEASE} s); {len(moved)} sessions taken over")
-    assert moved, f"no session w2 held was taken over while it was cut off: {caught}"
-    # What w2 asked the model for those sessions before the cut: none of it may land.
-    stale = [a for a in fleet.model.asked[mark:] if a.model == "fake-w2" and a.label]
+    assert set(moved) & set(caught), f"no session w2 was mid-turn on was taken over: {caught}"
+    # What w2 asked the model for those sessions and had no answer to before the cut (each
+    # answer comes SLOW_MODEL s after its question): none of it may be committed or sent.
+    stale = [
+        a
+        for a in fleet.model.asked[mark:]
+        if a.model == "fake-w2"
+        and a.label
+        and cut_wall - SLOW_MODEL + 0.5 < a.at < restored
+        and key_of(int(a.label[1:4])) in moved
+    ]
     return {"moved": moved, "stale": stale, "seconds": took}
 
 
@@ -481,10 +489,16 @@ def _kill_scheduling_beat(
     # A turn whose wake-up is lost (recorded, never sent): only a redrive can wake it, and no
     # beat schedules one until the standby has taken over.
     settings = load_settings(fleet.env("recv"))
+    lost_chat = str(chat_id(999))  # "c999": no webhook writes from it
     lost = InboundTurn(
-        platform="telegram", chat_id=str(LOST_CHAT), chat_type="dm", event_id="lost-wake-1",
-        text="c999 t00", user_id=str(LOST_CHAT), message_id="1",
-    )  # fmt: skip
+        platform="telegram",
+        chat_id=lost_chat,
+        chat_type="dm",
+        event_id="lost-wake-1",
+        text="c999 t00",
+        user_id=lost_chat,
+        message_id="1",
+    )
     assert accept(store, RecordingWaker(), lost, settings=settings, clock=time.time).woken
     while (now_token := broker.get(lock)) in (None, token) or _beat_holding(fleet) != standby:
         assert time.monotonic() < killed_at + 60, f"standby never took over:\n{fleet.logs()}"
@@ -512,10 +526,8 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
         for role in ("w1", "w2", "w3"):
             fleet.start_worker(role)
         recv = net.hosts["recv"]
-        fleet.start(
-            "recv", "recv", "gateway", "telegram", "-l", "INFO",
-            HERMES_GATEWAY__HOST=recv.ip, HERMES_GATEWAY__PORT=str(GATEWAY_PORT),
-        )  # fmt: skip
+        listen = {"HERMES_GATEWAY__HOST": recv.ip, "HERMES_GATEWAY__PORT": str(GATEWAY_PORT)}
+        fleet.start("recv", "recv", "gateway", "telegram", "-l", "INFO", **listen)
         fleet.start("beat-recv", "recv", "beat", "-l", "INFO")
         fleet.start("beat-w3", "w3", "beat", "-l", "INFO")
         base = f"http://{recv.ip}:{GATEWAY_PORT}"
@@ -556,7 +568,7 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
         transcripts = _transcripts(store)
         statuses = _statuses(store)
         photos = [(c, n) for c in range(CHATS) for n in range(TURNS) if _has_photo(c, n)]
-        stale_tags = {a.tag for a in cut["stale"] if key_of(int(a.label[1:4])) in cut["moved"]}
+        stale_tags = {a.tag for a in cut["stale"]}
         landed = [
             (key, content)
             for key in cut["moved"]
@@ -610,3 +622,28 @@ def _wait_healthy(fleet: Fleet, url: str) -> None:
             pass
         time.sleep(0.2)
     raise AssertionError(f"the receiver never answered {url}:\n{fleet.logs()}")
+
+
+def test_fleet_netns_checks_catch_a_duplicate_a_reorder_and_a_double_send() -> None:
+    """The checks above can fail: fed a transcript with a turn twice, one out of order and a
+    reply sent twice, each says so (no namespaces needed)."""
+    want = {key_of(0): [label(0, 0), label(0, 1)], key_of(1): [label(1, 0), label(1, 1)]}
+
+    def pair(chat: int, n: int) -> list[tuple[str, str]]:
+        return [("user", label(chat, n)), ("assistant", f"echo: {label(chat, n)} [m1]")]
+
+    good = {key_of(0): pair(0, 0) + pair(0, 1), key_of(1): pair(1, 0) + pair(1, 1)}
+    assert check_transcripts(good, want) == []
+    twice = {**good, key_of(0): pair(0, 0) + pair(0, 0) + pair(0, 1)}
+    reordered = {**good, key_of(1): pair(1, 1) + pair(1, 0)}
+    unanswered = {**good, key_of(1): [*pair(1, 0), ("user", label(1, 1))]}
+    for bad in (twice, reordered, unanswered):
+        assert len(check_transcripts(bad, want)) == 1
+
+    telegram = FakeTelegram(TOKEN)  # not served: only its record of sends is read
+    for chat, n in [(0, 0), (0, 1), (1, 0), (1, 1), (1, 1)]:
+        params = {"chat_id": chat_id(chat), "text": f"echo: {label(chat, n)} [m9]", "_ok": True}
+        telegram.calls.append(Call("sendMessage", params, 0.0))
+    sent_twice = [label(1, 0), label(1, 1), label(1, 1)]
+    problem = f"{key_of(1)}: replies sent {sent_twice} != {want[key_of(1)]}"
+    assert check_sends(telegram, want) == [problem]
