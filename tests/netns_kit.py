@@ -178,10 +178,12 @@ class Network:
 
 
 def _start_time(pid: int) -> str | None:
+    """When `pid` started (a pid reused since has another), None if it is gone or a zombie."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def _ns_pids(ns: str) -> list[int]:

@@ -585,8 +585,9 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
         print(
             f"figures: {turns} turns over {len(expected)} chats ({len(photos)} with a photo); "
             f"faults: host w1 SIGKILLed, host w2 cut off {cut['seconds']:.1f} s, beat killed "
-            f"(standby took over in {beat['seconds']:.1f} s); drained {drained:.1f} s after "
-            f"the first post; whole test {time.monotonic() - began:.1f} s"
+            f"(standby took over in {beat['seconds']:.1f} s); {len(stale_tags)} model answers "
+            f"owed to w2 on sessions taken over, {len(landed)} landed; drained {drained:.1f} s "
+            f"after the first post; whole test {time.monotonic() - began:.1f} s"
         )
 
         assert not failures, failures[:10]
