@@ -308,6 +308,19 @@ def _fences(store: Store, keys: list[str]) -> dict[str, int]:
     return {str(k): int(f) for k, f in rows}
 
 
+def _in_transaction(store: Store, ip: str) -> bool:
+    """Whether a connection from `ip` is inside a transaction or a statement on the server."""
+    with store.read() as conn:
+        busy = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE client_addr = CAST(:ip AS inet) "
+                "AND state <> 'idle'"
+            ),
+            {"ip": ip},
+        ).scalar_one()
+    return bool(busy)
+
+
 def _open_turns(store: Store) -> int:
     with store.read() as conn:
         return int(
@@ -429,11 +442,23 @@ def _cut_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> dict[str,
             if a.model == "fake-w2" and a.label and now - a.at < SLOW_MODEL - 5
         }
         caught = {key: fence for key, fence in held.items() if key in waiting}
-        if caught:
+        if not caught:
+            time.sleep(0.05)
+            continue
+        fleet.net.cut(host)
+        cut_at, cut_wall = time.monotonic(), time.time()
+        # Cut between transactions: one cut inside a transaction keeps its row locks on the
+        # data host until w2 comes back, so nobody could take those sessions over.
+        time.sleep(0.3)  # a statement sent just before the cut has reached the server
+        if not _in_transaction(store, host.ip):
             break
-        time.sleep(0.05)
-    fleet.net.cut(host)
-    cut_at, cut_wall = time.monotonic(), time.time()
+        fleet.net.restore(host)
+        log.append("w2 was inside a transaction when cut: brought back, trying again")
+        time.sleep(0.2)
+    # The fences as the cut left them (w2 changes none from here; no lease it held has expired
+    # yet): every one that moves from now on was taken over by another worker.
+    held = _fences(store, list(held))
+    caught = {key: held[key] for key in caught}
     log.append(f"cut w2 off holding {len(held)} leases, {len(caught)} waiting on the model")
     while time.monotonic() < cut_at + 45:
         now_fences = _fences(store, list(caught))
@@ -441,7 +466,6 @@ def _cut_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> dict[str,
         if taken and time.monotonic() > cut_at + 2 * LEASE:
             break
         time.sleep(0.1)
-    # While w2 is cut off it can take no lease: every fence that moved meanwhile is a takeover.
     after = _fences(store, list(held))
     moved = sorted(k for k, f in held.items() if after.get(k, 0) > f)
     fleet.net.restore(host)
@@ -486,6 +510,7 @@ def _kill_scheduling_beat(
     killed_at = time.monotonic()
     standby = "beat-w3" if holder == "beat-recv" else "beat-recv"
     log.append(f"SIGKILL {holder}, the beat holding {lock}")
+    time.sleep(1.5)  # a redrive it sent just before expires unrun (its expiry: redrive_seconds)
     # A turn whose wake-up is lost (recorded, never sent): only a redrive can wake it, and no
     # beat schedules one until the standby has taken over.
     settings = load_settings(fleet.env("recv"))
@@ -505,6 +530,9 @@ def _kill_scheduling_beat(
         time.sleep(0.2)
     took = time.monotonic() - killed_at
     log.append(f"{standby} took the lock over after {took:.1f} s")
+    while "Sending due task redrive" not in fleet.log(standby).rsplit("holds the fleet's", 1)[1]:
+        assert time.monotonic() < killed_at + 90, f"{standby} never sent a redrive:\n{fleet.logs()}"
+        time.sleep(0.2)
     return {"standby": standby, "token": now_token, "seconds": took}
 
 
