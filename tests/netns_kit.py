@@ -44,12 +44,13 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
 
 
-def available() -> str | None:
-    """None when namespaces can be made here, else why not."""
+def available(*tools: str) -> str | None:
+    """None when namespaces can be made here and `tools` are on PATH, else why not."""
     if os.geteuid() != 0:
         return "needs root (ip netns add)"
-    if shutil.which("ip") is None:
-        return "no `ip` command (iproute2)"
+    missing = [tool for tool in ("ip", *tools) if shutil.which(tool) is None]
+    if missing:
+        return f"not installed: {', '.join(missing)}"
     probe = f"{PREFIX}probe{secrets.token_hex(2)}"
     made = _ip("netns", "add", probe, check=False)
     if made.returncode != 0:
