@@ -205,7 +205,19 @@ def _kill_all(ns: str) -> list[int]:
     return sorted(set(killed))
 
 
+def _stop_postgres(data: str) -> None:
+    """Stop a cluster of ours that is still running: a SIGKILLed postmaster would leave its
+    shared memory (a SysV segment, files in /dev/shm) behind; a stopped one removes them."""
+    if not (Path(data) / "postmaster.pid").exists():
+        return
+    stop = ["runuser", "-u", "postgres", "--", "pg_ctl", "-D", data, "-m", "immediate", "-w"]
+    with contextlib.suppress(subprocess.SubprocessError, OSError):
+        subprocess.run([*stop, "stop"], capture_output=True, timeout=60, check=False)
+
+
 def _remove(bridge: str, namespaces: list[str], dirs: list[str]) -> None:
+    for path in dirs:
+        _stop_postgres(path)
     for ns in namespaces:
         _kill_all(ns)
     for ns in namespaces:
