@@ -89,6 +89,7 @@ class Network:
     subnet: ipaddress.IPv4Network = field(default_factory=_free_subnet)
     hosts: dict[str, Host] = field(default_factory=dict)
     dirs: list[str] = field(default_factory=list)
+    postmasters: list[int] = field(default_factory=list)  # pids of the clusters started here
 
     @property
     def bridge(self) -> str:
@@ -247,8 +248,9 @@ def sweep_stale() -> list[str]:
     return swept
 
 
-def leftovers(tag: str) -> list[str]:
-    """Anything of run `tag` still present: namespaces, links, processes, directories."""
+def leftovers(tag: str, postmasters: list[int] | tuple[int, ...] = ()) -> list[str]:
+    """Anything of run `tag` still present: namespaces, links, directories, and the shared
+    memory of its PostgreSQL clusters (its processes went with the namespaces: see _kill_all)."""
     found = [ns for ns in _ip("netns", "list").stdout.split() if ns.startswith(f"{PREFIX}{tag}")]
     found += [
         line.split(":")[1].strip()
@@ -256,6 +258,10 @@ def leftovers(tag: str) -> list[str]:
         if line.split(":")[1].strip().startswith(f"{PREFIX}{tag}")
     ]
     found += [str(p) for p in Path(tempfile.gettempdir()).glob(f"{PREFIX}{tag}-*")]
+    for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]:
+        fields = line.split()  # key shmid perms size cpid lpid nattch …
+        if int(fields[4]) in postmasters:
+            found.append(f"SysV shared memory {fields[1]} of postmaster {fields[4]}")
     return found
 
 
@@ -305,6 +311,8 @@ class Postgres:
             capture_output=True,
             timeout=90,
         )
+        self.pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        network.postmasters.append(self.pid)
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@{self.host.ip}:{self.port}/{database}"

@@ -214,7 +214,7 @@ def network() -> Iterator[netns_kit.Network]:
     finally:
         net.close()
         signal.signal(signal.SIGTERM, previous)
-        left = netns_kit.leftovers(net.tag)
+        left = netns_kit.leftovers(net.tag, net.postmasters)
         assert not left, f"left behind: {left}"
 
 
@@ -240,9 +240,7 @@ def fleet(network: netns_kit.Network, tmp_path: Path) -> Iterator[Fleet]:
         box.database_url = netns_kit.Postgres(network, data).create_database("hermes")
         yield box
     finally:
-        box.reap()
-        for host in network.hosts.values():
-            network.kill_host(host)
+        box.reap()  # the rest (PostgreSQL stopped first, then every host) goes with `network`
         telegram.served.stop()
         model.stop()
 
