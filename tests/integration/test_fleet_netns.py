@@ -11,10 +11,10 @@ receiver while: every process of w1 is SIGKILLed (the host comes back later); w2
 took that session over, then brought back; the beat holding the fleet's lock is SIGKILLed.
 
 Then: every turn once and in order in its transcript, answered right after it; every chat's
-replies sent once each, in order (save what EXCUSE_SENDS_REPEATED_AFTER_SIGKILL names); nothing w2 asked the model before the cut reached a session
-whose lease had moved (fencing); the standby beat holds the lock and its redrive woke a turn
-whose wake-up was lost; photos left a reference in the transcript (see
-`check_attachments_everywhere`).
+replies sent once each, in order (save what EXCUSE_SENDS_REPEATED_AFTER_SIGKILL names);
+nothing w2 asked the model before the cut reached a session whose lease had moved (fencing);
+the standby beat holds the lock and its redrive woke a turn whose wake-up was lost; photos
+left a reference in the transcript (see `check_attachments_everywhere`).
 
 Where `ip netns` is not permitted the test skips saying so, except under CI=true: it fails.
 """
