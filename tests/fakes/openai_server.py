@@ -127,6 +127,7 @@ class FakeOpenAI:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
+        self.host = "127.0.0.1"
         self._ids = 0
         self.text_done_at = 0.0  # when the last streamed reply's last text chunk was sent
         # (request received, first text chunk sent) per streamed reply, time.time() (benches)
@@ -147,7 +148,7 @@ class FakeOpenAI:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{self.host}:{self.port}/v1"
 
     def _next(self, body: dict[str, Any]) -> Step:
         with self._lock:
@@ -278,10 +279,12 @@ class FakeOpenAI:
 
     # --- lifecycle ---
 
-    def start(self) -> None:
+    def start(self, host: str = "127.0.0.1") -> None:
+        """Serve on a free port of `host` (another local address: a bridge the test made)."""
+        self.host = host
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             self.app(), log_level="warning", lifespan="off", ws="none", http="h11", loop="asyncio"

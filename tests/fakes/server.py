@@ -1,4 +1,5 @@
-"""Serving an ASGI app with uvicorn on 127.0.0.1 (a free port) in a background thread."""
+"""Serving an ASGI app with uvicorn on 127.0.0.1 (or another local address; a free port) in a
+background thread."""
 
 from __future__ import annotations
 
@@ -30,12 +31,15 @@ class DropResponse(Response):
 class Served:
     """`with Served(app) as base:` — `base` is http://127.0.0.1:<port>."""
 
-    def __init__(self, app: ASGIApp, *, port: int = 0, reuse_port: bool = False) -> None:
+    def __init__(
+        self, app: ASGIApp, *, port: int = 0, reuse_port: bool = False, host: str = "127.0.0.1"
+    ) -> None:
+        self.host = host  # another local address: a bridge the test made (tests/netns_kit.py)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if reuse_port:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        self.sock.bind(("127.0.0.1", port))
+        self.sock.bind((host, port))
         self.port = int(self.sock.getsockname()[1])
         config = uvicorn.Config(
             app, log_level="critical", access_log=False, lifespan="off", timeout_keep_alive=30
@@ -47,7 +51,7 @@ class Served:
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> str:
         self.thread.start()
