@@ -25,6 +25,7 @@ minutes at most (whichever is first), in a bounded map of this process.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -72,6 +73,10 @@ class TeamsReceiver:
         self._app_id = conf.app_id
         self._credentials = SimpleCredentialProvider(conf.app_id, "")
         self._stored: OrderedDict[str, str] = OrderedDict()  # chat id → service URL stored
+        self._urls_queued: dict[str, str] = {}
+        self._urls_waiting: list[asyncio.Future[None]] = []
+        self._urls_writer: asyncio.Task[None] | None = None
+        self._urls_loop: asyncio.AbstractEventLoop | None = None
         self._passed: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         # botframework-connector reads the metadata URL from this class attribute (None: the
         # Bot Framework's own); one Teams receiver per process sets it.
@@ -135,21 +140,52 @@ class TeamsReceiver:
         if refusal is not None:
             return (result, refusal, url) if refusal else None
         if self._stored.get(result.chat_id) != url:
-            await to_thread.run_sync(self._store_service_url, result.chat_id, url)
-            self._stored[result.chat_id] = url  # on the event loop: no lock needed
-            self._stored.move_to_end(result.chat_id)
-            while len(self._stored) > REMEMBERED:
-                self._stored.popitem(last=False)
+            await self._store_service_url(result.chat_id, url)
         try:
             await self.gateway.record(result)
         except TurnRejected as exc:
             raise BadRequest(400, f"not recorded: {exc}") from None
         return None
 
-    def _store_service_url(self, chat_id: str, url: str) -> None:
-        """Where replies to `chat_id` go from now on (stored before its turn is)."""
+    async def _store_service_url(self, chat_id: str, url: str) -> None:
+        """Where replies to `chat_id` go from now on, stored before its turn is. The URLs of
+        the activities that arrive while one write runs go in the next write together (one
+        transaction each, as the Recorder does for turns); raises what the store raised."""
+        loop = asyncio.get_running_loop()
+        if self._urls_loop is not loop:  # a new event loop (tests): what the old one held is gone
+            self._urls_loop, self._urls_writer = loop, None
+            self._urls_queued, self._urls_waiting = {}, []
+        done: asyncio.Future[None] = loop.create_future()
+        self._urls_queued[chat_id] = url
+        self._urls_waiting.append(done)
+        if self._urls_writer is None or self._urls_writer.done():
+            self._urls_writer = asyncio.create_task(self._write_urls(), name="teams urls")
+        await done
+
+    async def _write_urls(self) -> None:
+        while self._urls_queued:
+            batch, waiting = self._urls_queued, self._urls_waiting
+            self._urls_queued, self._urls_waiting = {}, []
+            try:
+                await to_thread.run_sync(self._save_urls, batch)
+            except Exception as exc:
+                for future in waiting:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for chat_id, url in batch.items():  # on the event loop: no lock needed
+                self._stored[chat_id] = url
+                self._stored.move_to_end(chat_id)
+            while len(self._stored) > REMEMBERED:
+                self._stored.popitem(last=False)
+            for future in waiting:
+                if not future.done():
+                    future.set_result(None)
+
+    def _save_urls(self, batch: dict[str, str]) -> None:
         with self.gateway.store.write() as conn:
-            cursors.save(conn, TEAMS, SERVICE_URL_CURSOR + chat_id, url)
+            for chat_id, url in batch.items():
+                cursors.save(conn, TEAMS, SERVICE_URL_CURSOR + chat_id, url)
 
     def send_refusal(self, turn: InboundTurn, text: str, url: str) -> None:
         """Reply to the refused message (a worker thread; best effort)."""
