@@ -7,10 +7,14 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from producers.signal.translate import BadEnvelope, Ignored, translate
 from shared.platforms.signal import chat_type_of
+from shared.turns import InboundTurn, TurnRejected, validate_turn
 from tests.fakes.signal_api import ACCOUNT, envelope
+from tests.fuzzing import VALUES, examples, mutated
 
 API = "http://127.0.0.1:8080"
 
@@ -171,3 +175,39 @@ def test_documented_non_turns_are_ignored(change: Any) -> None:
     item = copy.deepcopy(DOCUMENTED)
     change(item["envelope"])
     assert isinstance(run(item), Ignored)
+
+
+SEEDS = [
+    DOCUMENTED,
+    envelope("hi", timestamp=1_700_000_000_001),
+    envelope("hi all", timestamp=5, group="Z3JvdXA="),
+    envelope(None, timestamp=5, attachments=[{"id": "abc.png", "contentType": "image/png"}]),
+]
+
+
+def _only_clear_outcomes(item: Any) -> None:
+    try:
+        result = run(item)
+    except BadEnvelope:
+        return
+    if isinstance(result, Ignored):
+        assert result.reason
+        return
+    assert isinstance(result, InboundTurn)
+    try:
+        validate_turn(result)
+    except TurnRejected:  # the receiver logs it and records nothing
+        return
+    assert result.event_id == result.message_id and result.chat_id
+
+
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow])
+@given(item=st.sampled_from(SEEDS).flatmap(mutated))
+def test_mutated_envelopes_never_raise_anything_but_bad_envelope(item: Any) -> None:
+    _only_clear_outcomes(item)
+
+
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.too_slow])
+@given(item=VALUES)
+def test_any_json_value_never_raises_anything_but_bad_envelope(item: Any) -> None:
+    _only_clear_outcomes(item)
