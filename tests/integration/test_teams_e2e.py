@@ -47,7 +47,7 @@ DM = (
 GROUP = "19:7c2b1a9d4e3f4b8a9c6d2e1f0a3b5c7d@thread.v2"
 CHANNEL = "19:a1b2c3d4e5f60718293a4b5c6d7e8f90@thread.tacv2"
 USER = "5b2b8c2e-0e6c-4f4a-8f3a-1d9a4c6e7f01"
-TABLES = ("inbox", "routes", "sessions", "outbox")
+TABLES = ("inbox", "routes", "sessions", "outbox", "platform_cursors")  # + service URLs
 
 
 @dataclass
@@ -207,7 +207,7 @@ def test_forged_unsigned_misaddressed_and_malformed_requests_store_nothing(
     assert all(400 <= r.status_code < 500 for r in malformed), [
         (r.status_code, r.text) for r in malformed
     ]
-    assert stored == [0, 0, 0, 0] and bot.posted == []
+    assert stored == [0, 0, 0, 0, 0] and bot.posted == []  # not even a service URL
 
 
 @pytest.mark.timeout(300)
@@ -222,7 +222,7 @@ def test_a_stranger_is_refused_once_in_reply_and_nothing_runs(
         stored = stack.stored()
     assert bot.texts(DM) == ["Sorry, this assistant is private."]
     assert bot.sent(DM)[0].reply_to == "1733318400123"
-    assert stored == [0, 0, 0, 0]
+    assert stored == [0, 0, 0, 0, 0]
 
 
 @pytest.mark.timeout(300)
