@@ -6,7 +6,9 @@ Shapes as signal-cli-rest-api (bbernhard/signal-cli-rest-api, src/api/api.go) ha
   daemon's signal-cli has acknowledged them to Signal's servers; nothing gives them back).
   `fake.stall()` makes the next receive take its items and never answer (signal-cli has
   them, the HTTP answer is not back yet): they land in `fake.taken_unanswered`.
-- `POST /v2/send` keeps each body and answers 201 `{"timestamp": "…"}`; `fake.script_send(
+- `POST /v2/send` keeps each body and answers 201 `{"timestamp": "…"}`; a `group.…`
+  recipient must decode (base64, twice) to the 32 bytes of a Signal group, as the daemon's
+  getRecipientType checks, else 400; `fake.script_send(
   "400", "429", "500")` makes the next sends fail as the daemon does: 400 `{"error": …}` for
   any send error signal-cli reports, 429 with `challenge_tokens` for Signal's rate limit.
 - `fake.attachments[id] = bytes` serves `GET /v1/attachments/{id}`.
@@ -16,6 +18,8 @@ Every request's method, path and Host header is kept in `fake.requests`.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import itertools
 import threading
 from dataclasses import dataclass, field
@@ -114,6 +118,10 @@ class FakeSignalDaemon:
         if body.get("number") != self.account or not body.get("recipients"):
             msg = "Couldn't process request - please provide at least one recipient"
             return JSONResponse({"error": msg}, status_code=400)
+        for recipient in body["recipients"]:
+            problem = _group_problem(recipient) if str(recipient).startswith("group.") else None
+            if problem:
+                return JSONResponse({"error": problem}, status_code=400)
         with self._lock:
             answer = self.send_script.pop(0) if self.send_script else "201"
         if answer == "400":  # what the daemon answers for any error signal-cli reports
@@ -159,6 +167,16 @@ class FakeSignalDaemon:
     def __exit__(self, *exc: object) -> None:
         assert self.served is not None
         self.served.__exit__(*exc)
+
+
+def _group_problem(recipient: str) -> str | None:
+    """Why the daemon would refuse a `group.` recipient (src/client/client.go,
+    getRecipientType: base64 of signal-cli's base64 id of 32 bytes), or None."""
+    try:
+        inner = base64.b64decode(base64.b64decode(recipient.removeprefix("group."), validate=True))
+    except (binascii.Error, ValueError):
+        return f"Invalid identifier {recipient}"
+    return None if len(inner) == 32 else f"Invalid Signal group size ({len(inner)}"
 
 
 def envelope(

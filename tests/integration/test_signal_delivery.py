@@ -8,11 +8,13 @@ quote_timestamp and quote_author."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
 
+from producers.signal.translate import group_chat_id
 from shared.db import Store, open_store
 from shared.pipeline import outbox
 from shared.settings import Settings, load_settings
@@ -120,3 +122,21 @@ def test_a_server_error_is_retried_with_backoff_and_sent_once(
     assert waits[0] < waits[1]  # the backoff grows
     assert done.status == outbox.SENT and done.attempts == 3  # two failures, then the send
     assert [b["message"] for b in daemon.sent(USER)] == ["eventually"]
+
+
+def test_a_group_is_addressed_by_its_send_id_and_a_bad_one_fails_clearly(
+    signal_settings: Settings, signal_store: Store, daemon: FakeSignalDaemon
+) -> None:
+    group = group_chat_id(base64.b64encode(bytes(range(32))).decode())
+    short = group_chat_id(base64.b64encode(b"not a signal group").decode())
+    with delivery_runtime(signal_settings, signal_store) as (rt, _):
+        sent = reply(signal_store, "signal", group, "hello group")
+        refused = reply(signal_store, "signal", short, "hello nobody")
+        assert flush(rt, f"signal:{group}").sent == 1
+        flush(rt, f"signal:{short}")
+    assert [b["recipients"] for b in daemon.sent()] == [[group]]
+    assert row(signal_store, sent).status == outbox.SENT
+    failed = row(signal_store, refused)
+    assert failed.status == outbox.FAILED and "Invalid Signal group size (18" in (
+        failed.error or ""
+    )
