@@ -5,6 +5,8 @@ Pure: no I/O, no SDK. Decisions it pins:
 - chat: the room id. A room with more than two joined members is a group, else a DM; in a
   group only messages addressed to the bot count (mentioning it, or a known command).
 - thread: an `m.thread` relation's root event id is `thread_id` (the session is the thread's).
+- a rich reply's fallback (the quoted `> <@user> …` lines older clients put before the reply's
+  own text, which the spec tells clients to strip) is cut from the text.
 - `m.text`, `m.notice` and `m.emote` bodies are text; `m.image`, `m.file`, `m.audio` and
   `m.video` carry their `mxc://` URL as an attachment (the worker downloads it).
 - Our own events, state events, redactions and encrypted events are ignored.
@@ -56,7 +58,8 @@ def _attachment(msgtype: str, content: dict[str, Any]) -> Attachment:
 
 def _addressed(content: dict[str, Any], body: str, bot: str) -> bool:
     mentions = content.get("m.mentions")
-    if isinstance(mentions, dict) and bot in (mentions.get("user_ids") or ()):
+    named = mentions.get("user_ids") if isinstance(mentions, dict) else None
+    if isinstance(named, list) and bot in named:
         return True
     localpart = bot[1:].split(":", 1)[0]
     if bot in body or (localpart and body.lower().startswith(localpart.lower())):
@@ -71,6 +74,19 @@ def _strip_mention(body: str, bot: str) -> str:
         if prefix and body.lower().startswith(prefix.lower()):
             return body[len(prefix) :].lstrip(" :,")
     return body
+
+
+def _without_fallback(body: str) -> str:
+    """`body` without a rich reply's leading `> ` quote lines and the blank line after them."""
+    lines = body.split("\n")
+    if not lines or not lines[0].startswith(">"):
+        return body
+    index = 0
+    while index < len(lines) and lines[index].startswith(">"):
+        index += 1
+    if index < len(lines) and not lines[index].strip():
+        index += 1
+    return "\n".join(lines[index:])
 
 
 def _relation(relates: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -116,7 +132,7 @@ def translate(event: Any, *, room_id: str, members: int, bot_user_id: str) -> In
         attachments = (_attachment(msgtype, content),)
         text = ""
     elif msgtype in TEXT_TYPES:
-        text = body
+        text = _without_fallback(body) if reply_to and not thread_id else body
     else:
         return Ignored(f"message type {msgtype}")
     chat_type = GROUP if members > 2 else DM

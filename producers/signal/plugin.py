@@ -22,6 +22,7 @@ class SignalPlugin(ReceiverPlugin):
             account=conf.token.get_secret_value(),
             api_base=conf.api_base or DAEMON,
             poll_timeout=conf.poll_timeout,
+            max_messages=conf.receive_max_messages,
         ).run()
 
 

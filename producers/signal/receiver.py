@@ -8,10 +8,25 @@ Why polling, not the daemon's websocket (its json-rpc mode) nor a receive webhoo
   exposed): nothing is signed, so the receiver speaks only to the configured `api_base`,
   never follows a redirect, and builds every URL from that base. There is no inbound route,
   so nothing outside can post a forged message to hermes.
-- in those modes signal-cli acknowledges what a receive returns, so an envelope is held in
-  memory until it is recorded: a store error retries the same envelopes (with backoff)
-  before polling again. A crash between a poll and its commit loses that poll's envelopes
-  (the daemon has already acknowledged them); the websocket mode has the same gap.
+
+What a crash can lose, as far as the daemon allows (signal-cli-rest-api, src/api/api.go and
+src/client/client.go; signal-cli's `receive`): there is no acknowledgement to give and no
+redelivery to ask for. A receive runs `signal-cli receive --timeout T --max-messages N`, which
+acknowledges each envelope to Signal's servers as it takes it and prints it; the REST daemon
+answers with all of them when signal-cli exits (N taken, or T seconds without a new one).
+Until then an envelope waits on Signal's servers and survives anything we do. So:
+- kept: every envelope not yet taken by a receive (a receiver that is down, killed or
+  restarting finds them on its next receive), and every envelope whose turn was committed.
+- lost: the envelopes of the one receive in flight when this process dies, from the moment
+  signal-cli took them until their commit: at most `receive_max_messages` (N, 10 by default),
+  and the window is the rest of that receive (at most T seconds after the last arrival, less
+  once N are taken) plus the HTTP answer and the commit (milliseconds). The json-rpc mode's
+  websocket drops what arrives while no client is connected, and its receive webhook posts
+  once without retrying: both lose more, which is why this receiver polls.
+- minimised here: the envelopes of a receive are recorded first, in order, before anything
+  else is sent (refusals to strangers go after the last commit), and held in memory until
+  recorded: a store error retries the same envelopes (with backoff) before polling again.
+tests/integration/test_signal_kill.py kills a receiver mid-receive and shows both sides.
 
 Every item is checked (translate.py) before anything is stored: a malformed one is logged
 and skipped, never retried forever and never fatal; a redelivered one is a no-op (the
@@ -41,13 +56,21 @@ BACKOFF_MAX = 30.0
 
 class SignalReceiver:
     def __init__(
-        self, gateway: Gateway, *, account: str, api_base: str, poll_timeout: int = 10
+        self,
+        gateway: Gateway,
+        *,
+        account: str,
+        api_base: str,
+        poll_timeout: int = 10,
+        max_messages: int = 10,
     ) -> None:
         self.gateway = gateway
         self.account = account
         self.api_base = api_base.rstrip("/")
         self.poll_timeout = poll_timeout
+        self.max_messages = max_messages
         self._pending: list[Any] = []
+        self._refusals: list[tuple[InboundTurn, str]] = []
 
     def _client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -79,9 +102,13 @@ class SignalReceiver:
                     backoff = min(BACKOFF_MAX, backoff * 2)
 
     async def poll(self, client: httpx.AsyncClient) -> list[Any]:
-        """One receive; the daemon's list of items. Raises on an answer that is not one."""
+        """One receive; the daemon's list of items. Raises on an answer that is not one.
+
+        `timeout` and `max_messages` are the receive endpoint's query parameters in normal and
+        native mode (signal-cli-rest-api's swagger for GET /v1/receive/{number})."""
         path = f"/v1/receive/{quote(self.account, safe='')}"
-        answer = await client.get(path, params={"timeout": self.poll_timeout})
+        params = {"timeout": self.poll_timeout, "max_messages": self.max_messages}
+        answer = await client.get(path, params=params)
         if answer.status_code != 200:
             raise ValueError(f"the daemon answered {answer.status_code}")
         items = answer.json()
@@ -90,22 +117,27 @@ class SignalReceiver:
         return items
 
     async def take(self, client: httpx.AsyncClient) -> bool:
-        """Record the pending items in order, dropping each once done; False on a store error
-        that may pass (they are tried again)."""
-        while self._pending:
-            item = scrub(self._pending[0])
-            try:
-                await self.handle(client, item)
-            except Exception as exc:
-                if is_transient(exc):
-                    log.warning("signal message not recorded (%s); will try again", exc)
-                    return False
-                log.error("signal message cannot be recorded (%s); skipped", _clean(exc))
-            self._pending.pop(0)
-        return True
+        """Record the pending items in order, dropping each once done, then send the refusals
+        they earned; False on a store error that may pass (the rest are tried again)."""
+        try:
+            while self._pending:
+                item = scrub(self._pending[0])
+                try:
+                    await self.handle(item)
+                except Exception as exc:
+                    if is_transient(exc):
+                        log.warning("signal message not recorded (%s); will try again", exc)
+                        return False
+                    log.error("signal message cannot be recorded (%s); skipped", _clean(exc))
+                self._pending.pop(0)
+            return True
+        finally:
+            refusals, self._refusals = self._refusals, []
+            for turn, text in refusals:
+                await self._refuse(client, turn, text)
 
-    async def handle(self, client: httpx.AsyncClient, item: Any) -> None:
-        """Record (or skip) one item; store errors propagate."""
+    async def handle(self, item: Any) -> None:
+        """Record (or skip) one item; a refusal it earns is queued. Store errors propagate."""
         try:
             result = translate(item, account=self.account, api_base=self.api_base)
         except BadEnvelope as exc:
@@ -117,7 +149,7 @@ class SignalReceiver:
         refusal = self.gateway.refusal_for(result)
         if refusal is not None:
             if refusal:
-                await self._refuse(client, result, refusal)
+                self._refusals.append((result, refusal))
             return
         try:
             await self.gateway.record(result)

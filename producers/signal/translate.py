@@ -25,6 +25,7 @@ from shared.turns import Attachment, InboundTurn
 
 UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 ATTACHMENT_ID = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
+GROUP_ID = re.compile(r"[A-Za-z0-9+/_\-]{1,200}={0,2}")  # signal-cli writes group ids in base64
 MAX_ATTACHMENTS = 32
 MAX_TEXT = 64 * 1024
 
@@ -113,8 +114,8 @@ def translate(item: Any, *, account: str, api_base: str) -> InboundTurn | Ignore
     chat_id, chat_type = sender, DM
     if group is not None:
         group_id = group.get("groupId") if isinstance(group, dict) else None
-        if not isinstance(group_id, str) or not group_id or len(group_id) > 200:
-            raise BadEnvelope("dataMessage.groupInfo has no groupId")
+        if not isinstance(group_id, str) or not GROUP_ID.fullmatch(group_id):
+            raise BadEnvelope("dataMessage.groupInfo has no base64 groupId")
         if group.get("type") not in (None, "DELIVER"):
             return Ignored(f"a group {str(group.get('type')).lower()}")
         chat_id, chat_type = group_chat_id(group_id), GROUP

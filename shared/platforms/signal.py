@@ -34,6 +34,10 @@ class SignalSettings(PlatformSettings):
 
     api_base: str | None = DAEMON
     poll_timeout: int = 10  # seconds the daemon waits for messages before answering []
+    # Envelopes one receive takes at most: the daemon acknowledges them to Signal's servers
+    # before answering, so a receiver killed before they are committed loses at most these
+    # (producers/signal/receiver.py); a burst costs one receive per this many envelopes.
+    receive_max_messages: int = 10
 
     @field_validator("api_base")
     @classmethod
@@ -47,6 +51,13 @@ class SignalSettings(PlatformSettings):
     def _timeout(cls, value: int) -> int:
         if not 1 <= value <= 60:
             raise ValueError("platforms.signal.poll_timeout must be 1 to 60 seconds")
+        return value
+
+    @field_validator("receive_max_messages")
+    @classmethod
+    def _max_messages(cls, value: int) -> int:
+        if not 1 <= value <= 1000:
+            raise ValueError("platforms.signal.receive_max_messages must be 1 to 1000")
         return value
 
     @model_validator(mode="after")

@@ -2,8 +2,12 @@
 
 Inbound requests carry a Bot Framework JWT, checked by botframework-connector against the
 signing keys its OpenID metadata names (`openid_metadata`, Microsoft's by default). Replies are
-`POST {api_base}/v3/conversations/{conversation}/activities[/{activity}]` with a bot token from
-the client-credentials grant at `token_endpoint` (`app_id` + the app password, `token`).
+`POST {serviceUrl}/v3/conversations/{conversation}/activities[/{activity}]` with a bot token
+from the client-credentials grant at `token_endpoint` (`app_id` + the app password, `token`),
+where serviceUrl is the one the conversation's latest activity named (its JWT's `serviceurl`
+claim vouches for it; the Bot Framework asks bots to reply there, since a tenant's region
+decides it). `api_base` is where replies go for a conversation no activity has come from yet,
+and for every conversation when `reply_to_service_url` is off (a proxy, a test double).
 
 Chat ids are Teams conversation ids without their reply-chain suffix: `a:…` a personal chat
 (a DM), `19:…@thread.tacv2` (or `@thread.skype`) a channel, any other `19:…` a group chat.
@@ -12,7 +16,7 @@ A channel's reply chain (`19:…;messageid=<root>`) is a thread: its root messag
 
 from __future__ import annotations
 
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
 
 from pydantic import field_validator, model_validator
@@ -23,6 +27,16 @@ from shared.settings import PlatformSettings
 
 TEAMS = "teams"
 BOTBUILDER = Sdk("botframework.connector", "botframework-connector")
+# Where the Bot Framework's service URLs live (public cloud, GCC, GCC High, DoD): an
+# activity naming another one is refused unless `service_urls` (or `api_base`) allows it.
+SERVICE_URLS = (
+    "https://smba.trafficmanager.net/",
+    "https://smba.infra.gcc.teams.microsoft.com/",
+    "https://smba.infra.gov.teams.microsoft.us/",
+    "https://smba.infra.dod.teams.microsoft.us/",
+)
+# A conversation's service URL is stored as the platform cursor of this account + its chat id.
+SERVICE_URL_CURSOR = "service_url:"
 # The global Bot Connector endpoint: Microsoft documents it for any public-cloud conversation
 # (the regional ones, /amer/, /emea/ …, are paths on the same host).
 CONNECTOR = "https://smba.trafficmanager.net/teams/"
@@ -47,7 +61,12 @@ class TeamsSettings(PlatformSettings):
         "tenant_id",
     }
 
-    api_base: str | None = CONNECTOR  # the Bot Connector service URL replies go to
+    # Replies go to the service URL of the conversation's latest activity; here when none is
+    # known (a home channel from the settings) or when `reply_to_service_url` is false.
+    api_base: str | None = CONNECTOR
+    reply_to_service_url: bool = True
+    # Prefixes an activity's serviceUrl must start with (api_base's origin is always allowed).
+    service_urls: tuple[str, ...] = SERVICE_URLS
     app_id: str | None = None  # the Azure bot's Microsoft App ID
     tenant_id: str | None = None  # single-tenant bots: tokens come from this tenant
     token_endpoint: str = TOKEN_ENDPOINT  # where the bot token is asked for (client credentials)
@@ -58,6 +77,24 @@ class TeamsSettings(PlatformSettings):
     @classmethod
     def _urls(cls, value: str | None) -> str | None:
         return _http_url(value, "a Teams endpoint")
+
+    @field_validator("service_urls", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):  # HERMES_PLATFORMS__TEAMS__SERVICE_URLS=a/,b/
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("service_urls")
+    @classmethod
+    def _prefixes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for prefix in value:
+            parts = urlsplit(prefix)
+            if parts.scheme not in ("https", "http") or not parts.netloc:
+                raise ValueError(f"service_urls: {prefix!r} must be an http(s) URL")
+            if not parts.path.endswith("/"):
+                raise ValueError(f"service_urls: {prefix!r} must end with '/'")
+        return value
 
     @model_validator(mode="after")
     def _complete(self) -> Self:
@@ -71,6 +108,26 @@ class TeamsSettings(PlatformSettings):
         if self.tenant_id and self.token_endpoint == TOKEN_ENDPOINT:
             return TOKEN_ENDPOINT.replace("botframework.com", self.tenant_id)
         return self.token_endpoint
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+def service_url_allowed(conf: TeamsSettings, url: str) -> bool:
+    """Whether replies may go to `url`: on api_base's origin, or under one of `service_urls`
+    (scheme and host compared without case, the path as a prefix)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.netloc or parts.username:
+        return False
+    if conf.api_base and _origin(url) == _origin(conf.api_base):
+        return True
+    for prefix in conf.service_urls:
+        allowed = urlsplit(prefix)
+        if _origin(url) == _origin(prefix) and (parts.path or "/").startswith(allowed.path):
+            return True
+    return False
 
 
 def chat_type_of(chat_id: str) -> str:

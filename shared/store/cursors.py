@@ -1,18 +1,23 @@
 """Platform cursors: where a polling receiver resumes (owner of the `platform_cursors` table).
 
 One row per (platform, account): Matrix keeps its sync `next_batch` here, keyed by the bot's
-user id. `save` is an upsert (read then insert or update inside one write transaction: the
-store serialises writers on SQLite, and a lost race on PostgreSQL raises, so the caller's next
-save simply writes again).
+user id; Teams keeps each conversation's Bot Connector service URL (account
+`service_url:<chat id>`, see shared/platforms/teams.py). `save` is an upsert that loses no race:
+update, else insert-or-skip, else (another writer inserted first) update again.
 """
 
 from __future__ import annotations
 
 import time
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, select, update
 
+from shared.db.conflict import InsertOrSkip
 from shared.db.schema import platform_cursors as table
+
+_INSERT = InsertOrSkip(
+    table, ("platform", "account", "cursor", "updated_at"), keys=("platform", "account")
+)
 
 
 def load(conn: Connection, platform: str, account: str) -> str | None:
@@ -29,8 +34,9 @@ def save(
     """Store `cursor` for (platform, account), replacing the one before."""
     at = time.time() if now is None else now
     where = (table.c.platform == platform, table.c.account == account)
-    changed = conn.execute(update(table).where(*where).values(cursor=cursor, updated_at=at))
+    values = {"cursor": cursor, "updated_at": at}
+    changed = conn.execute(update(table).where(*where).values(**values))
     if changed.rowcount == 0:
-        conn.execute(
-            insert(table).values(platform=platform, account=account, cursor=cursor, updated_at=at)
-        )
+        row = {"platform": platform, "account": account, **values}
+        if _INSERT.rowcount(conn, row) == 0:
+            conn.execute(update(table).where(*where).values(**values))

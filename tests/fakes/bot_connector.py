@@ -6,9 +6,11 @@
   that key; `fake.forged(...)` signs the same claims with a key nobody published.
 - `POST /oauth/token`: the client-credentials grant; answers `fake.bot_token` for the right
   app id and password, 401 otherwise.
-- `POST /amer/v3/conversations/{conversation}/activities[/{reply_to}]`: records each message
-  (the bearer token must be the bot token) and answers its id; `fake.script(conversation,
-  "429", "403", "500")` makes the next calls to that conversation answer otherwise.
+- `POST /{region}/v3/conversations/{conversation}/activities[/{reply_to}]`: records each
+  message with the region (service URL) it came to (the bearer token must be the bot token)
+  and answers its id (`service_url` is /amer/'s, `service_url_of("emea")` another's);
+  `fake.script(conversation, "429", "403", "500")` makes the next calls to that conversation
+  answer otherwise.
 - `GET /amer/v3/attachments/{id}/views/original`: `fake.files[id]`, with the bot token only.
 """
 
@@ -48,6 +50,7 @@ class Posted:
     body: dict[str, Any]
     authorization: str
     ok: bool = False
+    region: str = REGION
 
 
 @dataclass
@@ -77,7 +80,10 @@ class FakeBotConnector:
 
     @property
     def service_url(self) -> str:
-        return f"{self.base}/{REGION}/"
+        return self.service_url_of(REGION)
+
+    def service_url_of(self, region: str) -> str:
+        return f"{self.base}/{region}/"
 
     @property
     def openid_metadata(self) -> str:
@@ -181,6 +187,7 @@ class FakeBotConnector:
             request.path_params.get("reply_to"),
             body,
             request.headers.get("authorization", ""),
+            region=request.path_params["region"],
         )
         with self._lock:
             self.posted.append(posted)
@@ -213,7 +220,7 @@ class FakeBotConnector:
         return Response(data, media_type=mime)
 
     def app(self) -> Starlette:
-        conversations = f"/{REGION}/v3/conversations/{{conversation}}/activities"
+        conversations = "/{region}/v3/conversations/{conversation}/activities"
         return Starlette(
             routes=[
                 Route(f"/openid/{self._nonce}", self.metadata),

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.both_databases
 REDIS_DB = 13
 USER = "+15557770001"
 STRANGER = "+15557770999"
-GROUP_ID = "aGVybWVzIHRlc3QgZ3JvdXAgaWQgMDEyMzQ1Njc4OQ=="
+GROUP_ID = "aGVybWVzIHRlc3QgZ3JvdXAgaWQgMDEyMzQ1Njc4OSE="  # 32 bytes, as Signal's are
 GROUP_CHAT = "group." + base64.b64encode(GROUP_ID.encode()).decode()
 ECHO = "so I can only echo: "
 

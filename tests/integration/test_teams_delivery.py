@@ -15,8 +15,9 @@ from sqlalchemy import text
 from producers.intake import accept
 from shared.db import Store, open_store
 from shared.pipeline import outbox
+from shared.platforms.teams import SERVICE_URL_CURSOR
 from shared.settings import Settings, load_settings
-from shared.store import chats
+from shared.store import chats, cursors
 from shared.turns import Attachment
 from tests.fakes.bot_connector import FakeBotConnector
 from tests.fakes.delivery import delivery_runtime, reply, row
@@ -26,7 +27,7 @@ from workers.delivery.base import MemorySender
 from workers.delivery.fetch import FetchFailed
 from workers.delivery.teams import BotToken, TeamsFetcher
 from workers.drain import drain
-from workers.flush import flush
+from workers.flush import MAX_SEND_ATTEMPTS, flush
 from workers.handoff import run_handoff
 
 pytestmark = pytest.mark.both_databases
@@ -205,3 +206,56 @@ def test_attachments_come_only_from_the_platforms_hosts_with_the_token_only_ther
             fetcher.fetch(Attachment("document", url=url), 1_000_000)
     with pytest.raises(FetchFailed, match="over the 4-byte limit"):
         fetcher.fetch(ours, 4)
+
+
+def test_a_server_error_backs_off_and_a_row_that_keeps_failing_dies_after_the_bound(
+    teams: Settings, teams_store: Store, bot: FakeBotConnector
+) -> None:
+    bot.script(DM, *["500"] * MAX_SEND_ATTEMPTS)
+    with delivery_runtime(teams, teams_store) as (rt, _):
+        row_id = reply(teams_store, "teams", DM, "never lands")
+        waits = []
+        while row(teams_store, row_id).status == outbox.PENDING and len(bot.posted) < 20:
+            before = time.time()
+            result = flush(rt, f"teams:{DM}")
+            if result.reason == "cooldown":  # the conversation's bucket (7 at once, 0.5/s)
+                time.sleep(result.retry_in or 0)
+                continue
+            found = row(teams_store, row_id)
+            if found.not_before is not None and found.status == outbox.PENDING:
+                waits.append(found.not_before - before)
+            with teams_store.write() as conn:  # skip the wait
+                conn.execute(text("UPDATE outbox SET not_before = NULL"))
+    dead = row(teams_store, row_id)
+    assert dead.status == outbox.FAILED
+    gave_up = f"gave up after {MAX_SEND_ATTEMPTS} attempts: SendFailed: teams 500"
+    assert gave_up in (dead.error or "")
+    assert waits == sorted(waits) and waits[0] < waits[-1]  # the backoff grows
+    assert len(bot.posted) == MAX_SEND_ATTEMPTS and bot.sent(DM) == []
+
+
+def test_replies_follow_the_service_url_stored_for_each_conversation(
+    hermes_env: dict[str, str], redis_url: str, teams_store: Store, bot: FakeBotConnector
+) -> None:
+    with teams_store.write() as conn:
+        cursors.save(conn, "teams", SERVICE_URL_CURSOR + DM, bot.service_url_of("emea"))
+        cursors.save(conn, "teams", SERVICE_URL_CURSOR + CHANNEL, "https://attacker.example/")
+    for follow in (True, False):
+        settings = teams_settings(
+            hermes_env,
+            redis_url,
+            bot,
+            HERMES_PLATFORMS__TEAMS__REPLY_TO_SERVICE_URL=str(follow).lower(),
+        )
+        with delivery_runtime(settings, teams_store) as (rt, _):
+            reply(teams_store, "teams", DM, f"follow={follow}")
+            reply(teams_store, "teams", CHANNEL, f"channel follow={follow}")
+            assert flush(rt, f"teams:{DM}").sent == 1
+            assert flush(rt, f"teams:{CHANNEL}").sent == 1
+    regions = {p.body["text"]: p.region for p in bot.sent()}
+    assert regions == {
+        "follow=True": "emea",  # the conversation's own service URL
+        "follow=False": "amer",  # api_base overrides (a proxy)
+        "channel follow=True": "amer",  # a URL the settings do not allow is never used
+        "channel follow=False": "amer",
+    }

@@ -47,7 +47,7 @@ DM = (
 GROUP = "19:7c2b1a9d4e3f4b8a9c6d2e1f0a3b5c7d@thread.v2"
 CHANNEL = "19:a1b2c3d4e5f60718293a4b5c6d7e8f90@thread.tacv2"
 USER = "5b2b8c2e-0e6c-4f4a-8f3a-1d9a4c6e7f01"
-TABLES = ("inbox", "routes", "sessions", "outbox")
+TABLES = ("inbox", "routes", "sessions", "outbox", "platform_cursors")  # + service URLs
 
 
 @dataclass
@@ -207,7 +207,7 @@ def test_forged_unsigned_misaddressed_and_malformed_requests_store_nothing(
     assert all(400 <= r.status_code < 500 for r in malformed), [
         (r.status_code, r.text) for r in malformed
     ]
-    assert stored == [0, 0, 0, 0] and bot.posted == []
+    assert stored == [0, 0, 0, 0, 0] and bot.posted == []  # not even a service URL
 
 
 @pytest.mark.timeout(300)
@@ -222,7 +222,7 @@ def test_a_stranger_is_refused_once_in_reply_and_nothing_runs(
         stored = stack.stored()
     assert bot.texts(DM) == ["Sorry, this assistant is private."]
     assert bot.sent(DM)[0].reply_to == "1733318400123"
-    assert stored == [0, 0, 0, 0]
+    assert stored == [0, 0, 0, 0, 0]
 
 
 @pytest.mark.timeout(300)
@@ -285,3 +285,36 @@ def test_an_image_turn_title_and_new(
     assert new == "Started a new session."
     assert fresh.endswith("echo: a fresh start")
     assert sessions == 2
+
+
+@pytest.mark.timeout(300)
+def test_replies_go_to_each_activitys_service_url_and_only_allowed_ones_are_taken(
+    hermes_env: dict[str, str], redis_url: str, bot: FakeBotConnector
+) -> None:
+    emea, apac, amer = (bot.service_url_of(r) for r in ("emea", "apac", "amer"))
+
+    def at(url: str, name: str, **changes: Any) -> tuple[dict[str, Any], str]:
+        return activity(bot, name, serviceUrl=url, **changes), f"Bearer {bot.token(serviceurl=url)}"
+
+    with teams_stack(  # api_base is unreachable: every reply must go to its activity's URL
+        hermes_env,
+        redis_url,
+        bot,
+        HERMES_PLATFORMS__TEAMS__API_BASE="http://127.0.0.1:9/unreachable/",
+        HERMES_PLATFORMS__TEAMS__SERVICE_URLS=f"{emea},{apac}",
+    ) as stack:
+        assert stack.post(*at(emea, "personal_text")).status_code == 200
+        assert stack.post(*at(apac, "group_mention")).status_code == 200
+        refused = stack.post(*at(amer, "channel_new_post"))  # signed, but not on the list
+        wait_for(lambda: bot.sent(DM) and bot.sent(GROUP), timeout=90)
+        wait_for(stack.settled, timeout=90)
+        # the DM's tenant moved region: its next reply follows the newer activity
+        moved = at(apac, "personal_text", id="1733318400999", text="and now?")
+        assert stack.post(*moved).status_code == 200
+        wait_for(lambda: len(bot.sent(DM)) == 2, timeout=90)
+        turns = stack.scalar("SELECT count(*) FROM inbox")
+    assert refused.status_code == 403 and "serviceUrl" in refused.text
+    assert turns == 3  # the refused activity stored nothing
+    assert [p.region for p in bot.sent(DM)] == ["emea", "apac"]
+    assert [p.region for p in bot.sent(GROUP)] == ["apac"]
+    assert [p for p in bot.posted if p.region == "amer"] == []

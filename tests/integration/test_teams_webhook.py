@@ -80,16 +80,21 @@ def test_a_remembered_token_still_names_its_service_url_and_channel(
     assert sorted(e.rsplit("/", 1)[1] for e in events(teams_store)) == ["1", "2"]
 
 
+@pytest.mark.parametrize("table", ["inbox", "platform_cursors"])  # the turn, its service URL
 def test_an_activity_the_store_refuses_is_not_acked(
-    teams_settings: Settings, teams_store: Store, bot: FakeBotConnector
+    teams_settings: Settings, teams_store: Store, bot: FakeBotConnector, table: str
 ) -> None:
     refuse = (
-        ["CREATE TRIGGER refuse BEFORE INSERT ON inbox BEGIN SELECT RAISE(ABORT, 'disk full'); END"]
+        [
+            f"CREATE TRIGGER refuse BEFORE INSERT ON {table}"
+            " BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+        ]
         if teams_store.dialect == "sqlite"
         else [
             "CREATE FUNCTION refuse() RETURNS trigger AS"
             " $$ BEGIN RAISE EXCEPTION 'disk full'; END $$ LANGUAGE plpgsql",
-            "CREATE TRIGGER refuse BEFORE INSERT ON inbox FOR EACH ROW EXECUTE FUNCTION refuse()",
+            f"CREATE TRIGGER refuse BEFORE INSERT ON {table}"
+            " FOR EACH ROW EXECUTE FUNCTION refuse()",
         ]
     )
     with teams_store.write() as conn:

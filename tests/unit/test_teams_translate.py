@@ -9,7 +9,7 @@ import pytest
 
 from producers.teams.translate import BadPayload, Ignored, split_conversation, translate
 from shared.platforms import CHANNEL, DM, GROUP
-from shared.platforms.teams import TeamsSettings, chat_type_of
+from shared.platforms.teams import TeamsSettings, chat_type_of, service_url_allowed
 from tests.fakes.golden import cases, check, load
 
 
@@ -110,3 +110,36 @@ def test_settings_need_the_app_id_with_a_password_and_take_a_tenant() -> None:
     )
     with pytest.raises(ValueError, match="http"):
         TeamsSettings(openid_metadata="file:///etc/passwd")
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://smba.trafficmanager.net/amer/", True),
+        ("https://SMBA.trafficmanager.net/emea/", True),  # hosts compare without case
+        ("https://smba.infra.gcc.teams.microsoft.com/", True),
+        ("https://smba.trafficmanager.net.attacker.example/amer/", False),
+        ("https://attacker.example/smba.trafficmanager.net/", False),
+        ("http://smba.trafficmanager.net/amer/", False),  # not https
+        ("https://user@smba.trafficmanager.net/amer/", False),
+        ("ftp://smba.trafficmanager.net/amer/", False),
+        ("https://proxy.internal:8443/anything/", True),  # api_base's origin
+        ("https://proxy.internal/anything/", False),  # another port
+    ],
+)
+def test_replies_go_only_to_allowed_service_urls(url: str, allowed: bool) -> None:
+    conf = TeamsSettings(api_base="https://proxy.internal:8443/teams/")
+    assert service_url_allowed(conf, url) is allowed
+
+
+def test_service_url_prefixes_are_checked_and_replace_the_default() -> None:
+    conf = TeamsSettings(
+        api_base="https://proxy.internal/",
+        service_urls="https://bots.example/emea/,https://bots.example/apac/",  # type: ignore[arg-type]
+    )
+    assert service_url_allowed(conf, "https://bots.example/emea/")
+    assert not service_url_allowed(conf, "https://bots.example/amer/")
+    assert not service_url_allowed(conf, "https://smba.trafficmanager.net/amer/")  # replaced
+    for bad in ("https://bots.example/emea", "bots.example/", "javascript:alert(1)/"):
+        with pytest.raises(ValueError, match="service_urls"):
+            TeamsSettings(service_urls=(bad,))

@@ -1,4 +1,4 @@
-"""Teams sender and attachment fetcher: the Bot Connector REST API over httpx against `api_base`.
+"""Teams sender and attachment fetcher: the Bot Connector REST API over httpx.
 
 Why httpx and not botframework-connector's ConnectorClient: that client is msrest over
 requests (msrest is deprecated), and its errors hide the `Retry-After` a 429 carries; the
@@ -7,11 +7,16 @@ connector's REST surface we need is two POSTs.
 - The bot token: the client-credentials grant (`app_id`, the app password `token`, scope
   `https://api.botframework.com/.default`) at `token_endpoint`, cached until five minutes
   before it expires, asked for again after a 401.
-- A reply is `POST {api_base}/v3/conversations/{conversation}/activities/{reply_to}` (the
-  first part answers the user's message), later parts `…/activities`. In a channel the
-  conversation is the reply chain, `{chat_id};messageid={thread_id}`. Long replies are split
-  at 6,000 characters (about 24 KB of UTF-8 at most, under Teams' ~28 KB message limit), parts
-  sent in order and resumed (not repeated) on a retry (workers/delivery/progress.py).
+- A reply is `POST {serviceUrl}/v3/conversations/{conversation}/activities/{reply_to}` (the
+  first part answers the user's message), later parts `…/activities`. serviceUrl is the one
+  the conversation's latest activity named, stored by the receiver (platform_cursors, account
+  `service_url:<chat id>`; read for every reply, so a moved conversation is followed at once:
+  one primary-key read beside an HTTPS round trip); `api_base` when none is stored (a home
+  channel from the settings nobody has written from) or when `reply_to_service_url` is off.
+  In a channel the conversation is the reply chain, `{chat_id};messageid={thread_id}`. Long
+  replies are split at 6,000 characters (about 24 KB of UTF-8 at most, under Teams' ~28 KB
+  message limit), parts sent in order and resumed (not repeated) on a retry
+  (workers/delivery/progress.py).
 - Limits, fleet-wide in Redis: per conversation (7 at once, 0.5/s sustained) and per bot
   (50/s). A 429 becomes a cooldown every worker honours, and RetryLater here.
 - 403/404 (the bot was removed, the conversation is gone) and other 4xx → Undeliverable;
@@ -33,9 +38,20 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from shared.db import Store
+from shared.db.engine import connect
 from shared.pipeline.outbox import OutboxRow
 from shared.platforms import CHANNEL
-from shared.platforms.teams import CONNECTOR, PLATFORM, SCOPE, TeamsSettings, chat_type_of
+from shared.platforms.teams import (
+    CONNECTOR,
+    PLATFORM,
+    SCOPE,
+    SERVICE_URL_CURSOR,
+    TeamsSettings,
+    chat_type_of,
+    service_url_allowed,
+)
+from shared.store import cursors
 from shared.turns import Attachment
 from workers.delivery.base import (
     RetryLater,
@@ -101,6 +117,36 @@ class BotToken:
         return token, float(lifetime) if isinstance(lifetime, int | float) else 3600.0
 
 
+class ServiceUrls:
+    """Each conversation's service URL, as the receiver stored it (None: never stored).
+
+    The store is opened on first use (in the worker process, after the fork). A stored URL
+    the settings no longer allow is not used (api_base is)."""
+
+    def __init__(self, conf: TeamsSettings, database_url: str | None) -> None:
+        self._conf = conf
+        self._url = database_url
+        self._store: Store | None = None
+        self._lock = threading.Lock()
+
+    def of(self, chat_id: str) -> str | None:
+        if self._url is None or not self._conf.reply_to_service_url:
+            return None
+        with self._lock:
+            if self._store is None:
+                self._store = connect(self._url)
+            store = self._store
+        with store.read() as conn:
+            url = cursors.load(conn, PLATFORM.name, SERVICE_URL_CURSOR + chat_id)
+        return url if url is not None and service_url_allowed(self._conf, url) else None
+
+    def close(self) -> None:
+        with self._lock:
+            store, self._store = self._store, None
+        if store is not None:
+            store.close()
+
+
 def conversation_of(chat_id: str, thread_id: str | None) -> str:
     """The Bot Connector conversation a reply goes to: a channel's reply chain, or the chat."""
     if thread_id and chat_type_of(chat_id) == CHANNEL:
@@ -120,10 +166,18 @@ class TeamsSender:
     reads_store = False
 
     def __init__(
-        self, *, app_id: str, token: BotToken, api_base: str, limiter: Limiter, progress: Progress
+        self,
+        *,
+        app_id: str,
+        token: BotToken,
+        api_base: str,
+        limiter: Limiter,
+        progress: Progress,
+        service_urls: ServiceUrls | None = None,
     ) -> None:
         self._token = token
         self._api = api_base.rstrip("/")
+        self._service_urls = service_urls
         self._client = httpx.Client(timeout=TIMEOUT)
         self._limiter = limiter
         self._progress = progress
@@ -139,6 +193,7 @@ class TeamsSender:
         parts = split_for(PLATFORM, row.text)
         done = self._progress.sent_parts(row.id)
         conversation = conversation_of(row.chat_id, row.thread_id)
+        base = self.base_of(row.chat_id)
         for index in range(len(done), len(parts)):
             wait = self._limiter.acquire(
                 self.buckets(row.chat_id), self.cooldowns(row.chat_id), want=len(parts) - index
@@ -146,14 +201,30 @@ class TeamsSender:
             if wait > 0:
                 raise RetryLater(wait, f"teams rate limit for {row.chat_id}")
             reply_to = row.reply_to if index == 0 else None
-            sent = self.post(conversation, parts[index], reply_to=reply_to, chat_id=row.chat_id)
+            sent = self.post(
+                conversation, parts[index], reply_to=reply_to, chat_id=row.chat_id, base=base
+            )
             self._progress.part_sent(row.id, sent)
             done.append(sent)
         return Sent(",".join(done) if done else None)
 
-    def post(self, conversation: str, text: str, *, reply_to: str | None, chat_id: str) -> str:
+    def base_of(self, chat_id: str) -> str:
+        """The service URL replies to `chat_id` go to (its activities', else api_base)."""
+        found = self._service_urls.of(chat_id) if self._service_urls is not None else None
+        return found.rstrip("/") if found else self._api
+
+    def post(
+        self,
+        conversation: str,
+        text: str,
+        *,
+        reply_to: str | None,
+        chat_id: str,
+        base: str | None = None,
+    ) -> str:
         """One message activity; returns its id. Raises RetryLater, Undeliverable, SendFailed."""
-        path = f"{self._api}/v3/conversations/{quote(conversation, safe='')}/activities"
+        root = base or self.base_of(chat_id)
+        path = f"{root}/v3/conversations/{quote(conversation, safe='')}/activities"
         if reply_to:
             path += f"/{quote(reply_to, safe='')}"
         body = {"type": "message", "text": text, "textFormat": "plain"}
@@ -204,6 +275,8 @@ class TeamsSender:
 
     def close(self) -> None:
         self._client.close()
+        if self._service_urls is not None:
+            self._service_urls.close()
 
 
 def _detail(response: httpx.Response) -> str:
@@ -269,6 +342,7 @@ def build(conf: TeamsSettings, deps: SenderDeps) -> TeamsSender:
         api_base=conf.api_base or CONNECTOR,
         limiter=deps.limiter,
         progress=deps.progress,
+        service_urls=ServiceUrls(conf, deps.settings.resolved_database_url),
     )
 
 
