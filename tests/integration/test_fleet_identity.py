@@ -63,12 +63,12 @@ def fleet_env(hermes_env: dict[str, str], broker: str) -> dict[str, str]:
 
 
 def _broker_fleet(broker: str) -> str | None:
-    client = redis.Redis.from_url(broker)
+    client = redis.Redis.from_url(broker, decode_responses=True)
     try:
-        raw = client.get(FLEET_ID_KEY)
+        found = client.get(FLEET_ID_KEY)
     finally:
         client.close()
-    return raw.decode() if raw is not None else None
+    return str(found) if found is not None else None
 
 
 def _status(env: dict[str, str]) -> dict[str, Any]:
