@@ -201,3 +201,26 @@ def test_a_client_on_the_fleets_broker_with_a_local_database_is_refused(
         assert "hello fleet" in result.stdout
     finally:
         worker.stop()
+
+
+@pytest.mark.timeout(180)
+def test_hermes_up_with_no_broker_configured_shows_its_processes_in_the_fleet(
+    hermes_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    """Zero config: the private Redis under HERMES_HOME gets the database's fleet id, and
+    `hermes up`, its worker and its beat each show in `hermes status`."""
+    env = {**hermes_env, "HERMES_FLEET__PRESENCE_SECONDS": PRESENCE_SECONDS}
+    up = Proc(env, tmp_path / "up.log", "up", "--workers", "1")
+    try:
+
+        def roles() -> list[str]:
+            assert up.proc.poll() is None, up.output()
+            return sorted(row["role"] for row in _status(env)["fleet"]["processes"])
+
+        wait_for(lambda: roles() == ["beat", "up", "worker"], timeout=90)
+        fleet = _status(env)["fleet"]
+        assert fleet["id"] == fleet_id(store) and fleet["matches"] is True
+        assert next(r for r in fleet["processes"] if r["role"] == "up")["pid"] == up.proc.pid
+    finally:
+        assert up.stop() == 0, up.output()
+    assert _status(env)["fleet"]["processes"] == []  # its broker is gone with it
