@@ -115,13 +115,16 @@ class Process:
             return None
 
 
-def publish(client: Any, process: Process, ttl: float) -> None:
-    """Write `process` with a time to live of `ttl` seconds (and the fleet id, if gone)."""
+def publish(client: Any, process: Process, ttl: float) -> str | None:
+    """Write `process` with a time to live of `ttl` seconds (and the fleet id, if gone);
+    returns the fleet id the broker now holds."""
     pipe = client.pipeline(transaction=False)
     pipe.set(FLEET_ID_KEY, process.fleet, nx=True)
     pipe.hset(process.key, mapping=process.fields())
     pipe.pexpire(process.key, max(1, round(ttl * 1000)))
-    pipe.execute()
+    pipe.get(FLEET_ID_KEY)
+    found = pipe.execute()[-1]
+    return _text(found) if found is not None else None
 
 
 def processes(client: Any) -> list[Process]:
@@ -151,6 +154,7 @@ class Heartbeat:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fleet-heartbeat", daemon=True)
         self._failing = False
+        self._foreign: str | None = None
 
     @property
     def process(self) -> Process:
@@ -165,7 +169,7 @@ class Heartbeat:
         process = self._process
         self._process = Process(**{**asdict(process), "last_seen": self._clock()})
         try:
-            publish(self._client, self._process, self._ttl)
+            found = publish(self._client, self._process, self._ttl)
         except Exception as exc:  # the broker is away: Celery and redrive cope; keep trying
             if not self._failing:
                 log.warning("fleet heartbeat not written (%s); retrying", exc)
@@ -174,6 +178,13 @@ class Heartbeat:
         if self._failing:
             log.warning("fleet heartbeat written again")
         self._failing = False
+        if found is not None and found != process.fleet and found != self._foreign:
+            # Wiped, then claimed by another fleet's process while this one ran: say so loudly
+            # (once per id); the next start of this process refuses.
+            log.error(
+                "the broker now belongs to fleet %s, not this process's %s", found, process.fleet
+            )
+        self._foreign = found if found != process.fleet else None
 
     def _run(self) -> None:
         while not self._stopped.wait(self._ttl / BEATS_PER_PERIOD):
