@@ -224,3 +224,30 @@ def test_hermes_up_with_no_broker_configured_shows_its_processes_in_the_fleet(
     finally:
         assert up.stop() == 0, up.output()
     assert _status(env)["fleet"]["processes"] == []  # its broker is gone with it
+
+
+@pytest.mark.timeout(120)
+def test_a_receiver_shows_in_the_fleet_and_leaves_it_when_stopped(
+    fleet_env: dict[str, str], store: Store, broker: str, tmp_path: Path
+) -> None:
+    env = {
+        **fleet_env,
+        "HERMES_GATEWAY__PORT": str(free_port()),
+        "HERMES_PLATFORMS__TELEGRAM__TOKEN": "123456789:AAFakeTokenForFleetTests",
+        "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": "fleet-test-secret",
+        "HERMES_PLATFORMS__TELEGRAM__API_BASE": "http://127.0.0.1:9/bot",  # never called
+    }
+    receiver = Proc(env, tmp_path / "gateway.log", "gateway", "telegram", "--webhook")
+    try:
+
+        def rows() -> list[dict[str, Any]]:
+            assert receiver.proc.poll() is None, receiver.output()
+            found: list[dict[str, Any]] = _status(env)["fleet"]["processes"]
+            return found
+
+        wait_for(lambda: [r["role"] for r in rows()] == ["gateway telegram"], timeout=60)
+        assert rows()[0]["pid"] == receiver.proc.pid
+        assert _broker_fleet(broker) == fleet_id(store)
+    finally:
+        assert receiver.stop() == 0, receiver.output()
+    assert _status(env)["fleet"]["processes"] == []
