@@ -8,6 +8,8 @@ from typing import Any
 
 from celery import Celery
 
+from shared.db import Store
+from shared.fleet_registry import Heartbeat, join
 from shared.settings import Settings
 from shared.tasknames import (
     AUTOTITLE,
@@ -23,6 +25,7 @@ from shared.wakeups import send_drains, send_wake
 log = logging.getLogger(__name__)
 
 # A receiver must ack the platform quickly even when the broker is down: try once, briefly.
+FLEET_REDIS_TIMEOUT = 5.0  # seconds: the fleet check at start, then each heartbeat
 PUBLISH_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
 
@@ -113,3 +116,17 @@ def broker_redis(settings: Settings, *, timeout: float | None = None) -> Any | N
     if url.startswith(("redis://", "rediss://")):
         return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     return None
+
+
+def join_fleet(settings: Settings, store: Store, role: str) -> Heartbeat | None:
+    """Check that `store` and the broker belong to one fleet (shared.fleet_registry raises
+    FleetMismatch, whose text is the one line to print), then show this process in the fleet
+    until the heartbeat returned is stopped. None when the broker is not Redis."""
+    client = broker_redis(settings, timeout=FLEET_REDIS_TIMEOUT)
+    if client is None:
+        return None
+    try:
+        return join(settings, store, client, role)
+    except BaseException:
+        client.close()
+        raise

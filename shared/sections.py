@@ -180,6 +180,14 @@ class FlowerSettings(Section):
     basic_auth: SecretStr | None = None  # "user:password"; required off loopback
 
 
+class FleetSettings(Section):
+    """How the processes of a fleet show themselves in the broker (`hermes status`)."""
+
+    # A process drops out of `hermes status` this long after its last heartbeat; it beats
+    # three times per period.
+    presence_seconds: float = Field(default=30, ge=1, le=3600)
+
+
 class ResetOverrideSettings(Section):
     """A platform's or chat type's changes to the reset policy; unset fields inherit."""
 

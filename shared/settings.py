@@ -28,6 +28,7 @@ from shared.sections import (
     AuxiliarySettings,
     DisplaySettings,
     Endpoint,
+    FleetSettings,
     FlowerSettings,
     GatewaySettings,
     MaintenanceSettings,
@@ -182,6 +183,7 @@ class Settings(BaseSettings):
     transcription: TranscriptionSettings = TranscriptionSettings()
     agent: AgentSettings = AgentSettings()
     flower: FlowerSettings = FlowerSettings()
+    fleet: FleetSettings = FleetSettings()
     # Dollars per million tokens per model name, over shared.pricing.DEFAULT_PRICES.
     pricing: dict[str, ModelPrice] = Field(default_factory=dict)
 

@@ -143,10 +143,33 @@ REDIS_PORT = int(os.environ.get("HERMES_TEST_REDIS_PORT", "6379"))
 POSTGRES_DB = os.environ.get("HERMES_TEST_POSTGRES_DB", "test")
 
 
+REDIS_DBS = 16  # redis-server's default `databases`
+
+
 @pytest.fixture
 def redis_url() -> str:
+    """The test Redis, with no fleet on it. Each test makes fresh databases (a fresh fleet id
+    each) and points processes at numbered Redis dbs (tests/fakes/stack.redis_db_url flushes
+    the one it hands out): a fleet id an earlier test left in any db would make this test's
+    processes refuse to start (shared/fleet_registry.py), so every db's fleet keys go first.
+    Tests run one at a time per checkout, and each checkout has its own Redis port."""
     service_or_skip("Redis", "127.0.0.1", REDIS_PORT)
+    _forget_fleets(REDIS_PORT)
     return f"redis://127.0.0.1:{REDIS_PORT}/0"
+
+
+def _forget_fleets(port: int) -> None:
+    import redis
+
+    from shared.fleet_registry import FLEET_ID_KEY, PROCESS_PREFIX
+
+    for db in range(REDIS_DBS):
+        client = redis.Redis(port=port, db=db)
+        try:
+            stale = [FLEET_ID_KEY, *client.scan_iter(match=PROCESS_PREFIX + "*", count=1000)]
+            client.delete(*stale)
+        finally:
+            client.close()
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import copy
 import functools
 import logging
 import os
+import socket
 import sys
 import time
 from typing import Any
@@ -14,9 +15,9 @@ import click
 
 import beat_schedule
 from shared.db import OperationalError, StoreError, open_store
+from shared.fleet_registry import FleetMismatch, Heartbeat, join
 from shared.sdks import SENDER, configured_platforms, sdk_problems
 from shared.settings import Settings, load_settings
-from shared.store.fleet import fleet_id
 from shared.tasknames import ALL_QUEUES
 from workers.app import create_app
 from workers.beat_lock import FleetScheduler
@@ -26,6 +27,7 @@ from workers.runtime import broker_redis
 log = logging.getLogger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+FLEET_REDIS_TIMEOUT = 5.0  # seconds: the fleet check at start, then each heartbeat
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -102,8 +104,26 @@ def worker(
     settings = _settings(ctx)
     if not skip_missing_sdks:
         refuse_missing_sdks(configured_platforms(settings))
+    node = hostname or f"hermes-{os.getpid()}@%h"
+    heartbeat = join_fleet(settings, "worker", name=node.replace("%h", socket.gethostname()))
+    try:
+        _run_worker(settings, node, concurrency, pool, queues, loglevel, metrics_port)
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+
+
+def _run_worker(
+    settings: Settings,
+    node: str,
+    concurrency: int | None,
+    pool: str,
+    queues: str,
+    loglevel: str,
+    metrics_port: int | None,
+) -> None:
     port = metrics_port or settings.workers.metrics_port
-    metrics = _metrics(settings, port, pool, hostname) if port else None
+    metrics = _metrics(settings, port, pool, node) if port else None
     app = create_app(settings, metrics)
     _fail_orphaned_handoffs(settings)
     argv = [
@@ -118,11 +138,33 @@ def worker(
         "--loglevel",
         loglevel,
         "--hostname",
-        hostname or f"hermes-{os.getpid()}@%h",
+        node,
         "--task-events",
         "--without-mingle",
     ]
     app.worker_main(argv)
+
+
+def join_fleet(settings: Settings, role: str, *, name: str = "") -> Heartbeat | None:
+    """Refuse to start (one line, exit 1) when this process's database and broker belong to
+    different fleets; else show it in the fleet (`hermes status`) until the heartbeat stops.
+    None when the broker is not Redis (nothing to check against)."""
+    client = broker_redis(settings, timeout=FLEET_REDIS_TIMEOUT)
+    if client is None:
+        return None
+    try:
+        store = open_store(settings.resolved_database_url)
+        try:
+            return join(settings, store, client, role, name=name)
+        finally:
+            store.close()
+    except FleetMismatch as exc:
+        client.close()
+        click.echo(f"hermes {role}: {exc}", err=True)
+        sys.exit(1)
+    except BaseException:
+        client.close()
+        raise
 
 
 def _fail_orphaned_handoffs(settings: Settings) -> None:
@@ -206,11 +248,9 @@ def beat(ctx: click.Context, loglevel: str) -> None:
             f"hermes beat needs a Redis broker for its fleet-wide lock; "
             f"{settings.resolved_broker_url.split('://')[0]}:// is not one"
         )
-    store = open_store(settings.resolved_database_url)
-    try:
-        fleet = fleet_id(store)
-    finally:
-        store.close()
+    heartbeat = join_fleet(settings, "beat")
+    assert heartbeat is not None  # the broker is Redis
+    fleet = heartbeat.process.fleet
     app = create_app(settings)
     app.conf.beat_schedule = beat_config(settings)
     try:
@@ -222,6 +262,7 @@ def beat(ctx: click.Context, loglevel: str) -> None:
             pidfile=None,
         ).run()
     finally:
+        heartbeat.stop()
         client.close()
 
 

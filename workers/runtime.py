@@ -60,15 +60,17 @@ class Runtime:
             self.redis.close()
 
 
-def broker_redis(settings: Settings) -> Any | None:
-    """A Redis client on the broker (for terminal pings), or None when the broker is not Redis."""
+def broker_redis(settings: Settings, *, timeout: float | None = None) -> Any | None:
+    """A Redis client on the broker (terminal pings, the beat lock, the fleet's registry), or
+    None when the broker is not Redis."""
     import redis
 
     url = settings.resolved_broker_url
     if url.startswith("redis+socket://"):
-        return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
+        path = url.removeprefix("redis+socket://")
+        return redis.Redis(unix_socket_path=path, socket_timeout=timeout)
     if url.startswith(("redis://", "rediss://")):
-        return redis.Redis.from_url(url)
+        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     return None
 
 

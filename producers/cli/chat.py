@@ -17,13 +17,14 @@ from typing import Any
 import click
 from rich.console import Console
 
-from producers.broker import BrokerWaker, broker_client
+from producers.broker import BrokerWaker, broker_client, join_fleet
 from producers.cli.app import App, fail, pass_app
 from producers.cli.chat_client import NothingToResume, TerminalChat
 from producers.cli.chat_options import continue_option, resume_option
 from producers.cli.chat_stack import ChatStack, WorkerExited
 from producers.cli.startup import on_chat_start
 from producers.stack.embedded_redis import EmbeddedRedisError
+from shared.fleet_registry import FleetMismatch
 from shared.store.media import MediaRefused, check_size, max_bytes_for
 from shared.turns import Attachment
 
@@ -124,6 +125,7 @@ def run_chat(
             stack.ensure()
         except EmbeddedRedisError as exc:
             fail(f"hermes: {exc}", 2)
+        _join_fleet(app)
         chores = on_chat_start(settings, store, producer, say=lambda line: _say(notes, line))
         try:
             if repl is not None:
@@ -159,6 +161,18 @@ def _checked_files(paths: tuple[str, ...], max_mb: float) -> tuple[Attachment, .
         return tuple(attachment_for(path, max_mb) for path in paths)
     except MediaRefused as exc:
         fail(f"hermes: {exc}", 2)
+
+
+def _join_fleet(app: App) -> None:
+    """Refuse at once when the store and the broker belong to different fleets (a client on a
+    fleet's broker but a local SQLite file would send turns no worker can see, then time out);
+    else show this terminal in the fleet while it runs."""
+    try:
+        heartbeat = join_fleet(app.settings, app.store(), "chat")
+    except FleetMismatch as exc:
+        fail(f"hermes: {exc}", 1)
+    if heartbeat is not None:
+        app._closers.append(heartbeat.stop)
 
 
 def _one_shot(

@@ -13,11 +13,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from producers.broker import broker_client
+from producers.broker import broker_client, join_fleet
 from producers.cli.app import App, fail, pass_app
 from producers.maintenance import request_prune_in_background
 from producers.stack.embedded_redis import EmbeddedRedis, EmbeddedRedisError
 from producers.stack.supervisor import Supervisor
+from shared.db import Store
+from shared.fleet_registry import FleetMismatch, Heartbeat
 from shared.platforms import registry
 from shared.sdks import configured_platforms, sdk_problems
 from shared.settings import Settings
@@ -127,16 +129,7 @@ def up(app: App, workers: int | None, concurrency: int | None, no_beat: bool) ->
     started, skipped = receivers(settings)
     if started:
         _refuse_a_taken_port(settings)
-    broker = (
-        EmbeddedRedis(settings.run_dir, dies_with_parent=True)
-        if settings.uses_embedded_broker
-        else None
-    )
-    if broker is not None:
-        try:
-            broker.start()
-        except EmbeddedRedisError as exc:
-            fail(f"hermes up: {exc}", 2)
+    broker, heartbeat = _broker_and_fleet(settings, store)
     colours: dict[str, str] = {}
 
     def show(name: str, line: str) -> None:
@@ -177,10 +170,35 @@ def up(app: App, workers: int | None, concurrency: int | None, no_beat: bool) ->
         console.print("[bold]Stopping…[/] (waiting for running turns to finish)")
     finally:
         sup.stop()
+        if heartbeat is not None:
+            heartbeat.stop()
         if broker is not None:
             broker.stop()
         lock.close()
     console.print("[bold]Stopped.[/] Everything hermes up started has exited.")
+
+
+def _broker_and_fleet(
+    settings: Settings, store: Store
+) -> tuple[EmbeddedRedis | None, Heartbeat | None]:
+    """The embedded broker started (unless the fleet's is configured), then the fleet check:
+    a store and a broker of different fleets stop everything here, with one line."""
+    broker = (
+        EmbeddedRedis(settings.run_dir, dies_with_parent=True)
+        if settings.uses_embedded_broker
+        else None
+    )
+    if broker is not None:
+        try:
+            broker.start()
+        except EmbeddedRedisError as exc:
+            fail(f"hermes up: {exc}", 2)
+    try:
+        return broker, join_fleet(settings, store, "up")
+    except FleetMismatch as exc:
+        if broker is not None:
+            broker.stop()
+        fail(f"hermes up: {exc}", 1)
 
 
 def _summary(

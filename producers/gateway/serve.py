@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from producers.broker import BrokerWaker, broker_client, broker_redis
+from producers.broker import BrokerWaker, broker_client, broker_redis, join_fleet
 from producers.gateway.app import create_app
 from producers.gateway.deps import Gateway, SharedRefusalGate
 from producers.gateway.metrics import GatewayMetrics
@@ -30,6 +30,7 @@ from producers.gateway.plugin import GatewayError, conf_of, receiver_plugin
 from producers.gateway.port import PortInUse, claim
 from producers.maintenance import request_prune_in_background
 from shared.db import open_store
+from shared.fleet_registry import FleetMismatch
 from shared.platforms import registry
 from shared.redact import install_redaction, secrets_of
 from shared.sdks import RECEIVER, missing_sdk
@@ -182,6 +183,10 @@ def run(settings: Settings, mode: Mode) -> None:
         store = open_store(settings.resolved_database_url)
         try:
             store.check_writable()  # read-only or damaged: refused before receiving anything
+            heartbeat = join_fleet(settings, store, f"gateway {mode.platform}")
+        except FleetMismatch as exc:
+            store.close()
+            raise GatewayError(str(exc)) from None
         except BaseException:
             store.close()
             raise
@@ -202,6 +207,8 @@ def run(settings: Settings, mode: Mode) -> None:
         log.warning("hermes gateway %s on http://%s:%d", mode.platform, *sock.getsockname()[:2])
         run_loop(serve(gateway, mode, sock))
     finally:
+        if heartbeat is not None:
+            heartbeat.stop()
         sock.close()
         claimed.release()
         store.close()

@@ -1,7 +1,7 @@
 """Several `hermes beat` on one fleet: exactly one schedules, a standby takes over when it dies
-or stalls, a wiped broker does not stop the schedule, and two fleets on one Redis do not
-contend. Real beat processes (one HERMES_HOME each, as on separate hosts), a private Redis; a
-beat's sends are told apart by the `origin` header Celery writes into every message."""
+or stalls, a wiped broker does not stop the schedule, and two fleets share one Redis server on
+dbs of their own. Real beat processes (one HERMES_HOME each, as on separate hosts), a private
+Redis; a beat's sends are told apart by the `origin` header Celery writes into every message."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.chaos import ROOT, Fleet, env_for
 
@@ -26,9 +27,11 @@ TAKEOVER_WAIT = 60.0
 class Beats:
     """Beat processes of one fleet (one database) on a private Redis, and what they send."""
 
-    def __init__(self, tmp: Path, hermes_env: dict[str, str], redis: Fleet) -> None:
+    def __init__(self, tmp: Path, hermes_env: dict[str, str], redis: Fleet, db: int = 0) -> None:
         self.tmp = tmp
         self.redis = redis
+        self.db = db
+        self.broker_url = f"redis://127.0.0.1:{redis.port}/{db}"
         database = hermes_env.get("HERMES_DATABASE_URL") or f"sqlite:///{tmp / 'state.db'}"
         self.base = {**hermes_env, "HERMES_DATABASE_URL": database}
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -40,7 +43,7 @@ class Beats:
             home,
             self.base,
             HERMES_DATABASE_URL=self.base["HERMES_DATABASE_URL"],
-            HERMES_BROKER_URL=self.redis.broker_url,
+            HERMES_BROKER_URL=self.broker_url,
             HERMES_PIPELINE__REDRIVE_SECONDS="1",
             PYTHONPATH=str(ROOT),
         )
@@ -57,9 +60,12 @@ class Beats:
 
     def senders(self) -> list[int]:
         """The pid of the beat behind each scheduled message sent since the last call."""
-        client = self.redis.redis()
-        raw = client.lrange(QUEUE, 0, -1)
-        client.delete(QUEUE)
+        client = redis.Redis(port=self.redis.port, db=self.db)
+        try:
+            raw = client.lrange(QUEUE, 0, -1)
+            client.delete(QUEUE)
+        finally:
+            client.close()
         origins = [json.loads(message)["headers"]["origin"] for message in reversed(raw)]
         return [int(origin.removeprefix("gen").split("@")[0]) for origin in origins]
 
@@ -162,23 +168,27 @@ def test_a_wiped_broker_does_not_stop_the_schedule(beats: Beats, redis_box: Flee
     assert beats.wait_for_sends(30), beats.logs()
 
 
-@pytest.mark.both_databases  # the lock's name is the fleet id each database holds
+@pytest.mark.both_databases  # the fleet id each database holds names the lock and the db's fleet
 @pytest.mark.timeout(180)
-def test_two_fleets_on_one_redis_each_schedule(
+def test_two_fleets_on_one_redis_each_schedule_on_a_db_of_their_own(
     beats: Beats, tmp_path: Path, hermes_env: dict[str, str], redis_box: Fleet
 ) -> None:
-    """The lock is named by the fleet id the database holds: another database, another lock."""
+    """One Redis server, two fleets: each on its own db (its wake-ups are its own); the other
+    fleet's beat pointed at this fleet's db refuses at start, naming both fleets."""
     other_dir = tmp_path / "other-fleet"
     other_dir.mkdir()
-    other = Beats(other_dir, {**hermes_env, "HERMES_DATABASE_URL": ""}, redis_box)
-    other.base["HERMES_DATABASE_URL"] = f"sqlite:///{other_dir / 'state.db'}"
+    other_db = f"sqlite:///{other_dir / 'state.db'}"
+    intruder = Beats(other_dir, {**hermes_env, "HERMES_DATABASE_URL": other_db}, redis_box)
+    other = Beats(other_dir, {**hermes_env, "HERMES_DATABASE_URL": other_db}, redis_box, db=1)
     try:
-        mine, theirs = beats.start("host-a"), other.start("host-b")
-        seen: set[int] = set()
-        deadline = time.monotonic() + 30
-        while seen != {mine.pid, theirs.pid} and time.monotonic() < deadline:
-            seen |= set(beats.senders())
-            time.sleep(0.5)
-        assert seen == {mine.pid, theirs.pid}, beats.logs() + other.logs()
+        mine = beats.start("host-a")
+        beats.wait_for_sends(30, by=mine.pid)
+        refused = intruder.start("host-b")
+        assert refused.wait(timeout=60) == 1, intruder.logs()
+        assert "belongs to fleet" in intruder.logs() and other_db in intruder.logs()
+        theirs = other.start("host-c")
+        assert other.wait_for_sends(30, by=theirs.pid), other.logs()
+        assert set(beats.senders()) == {mine.pid}, beats.logs()
     finally:
+        intruder.stop()
         other.stop()

@@ -19,7 +19,7 @@ from shared.db import open_store
 from shared.settings import load_settings
 from tests.fakes.golden import load
 from tests.fakes.server import free_port
-from tests.fakes.stack import Proc, redis_db_url, wait_for
+from tests.fakes.stack import REDIS_DB, Proc, redis_db_url, wait_for
 
 TG_TOKEN = "123456789:AAFakeTokenForThePortTests"
 TG_SECRET = "port-test-secret"
@@ -87,6 +87,12 @@ def broker(redis_url: str) -> str:
     return redis_db_url(redis_url)
 
 
+def _own_brokers(redis_url: str) -> list[str]:
+    """A broker db for each of two stacks (two homes, two databases: two fleets, which never
+    share one db — shared/fleet_registry.py), emptied."""
+    return [redis_db_url(redis_url, db) for db in (REDIS_DB, REDIS_DB + 1)]
+
+
 @pytest.mark.timeout(180)
 def test_a_second_stack_is_refused_and_every_webhook_lands_in_the_first(
     hermes_env: dict[str, str], tmp_path: Path, broker: str
@@ -121,12 +127,16 @@ def test_a_second_stack_is_refused_and_every_webhook_lands_in_the_first(
 
 @pytest.mark.timeout(180)
 def test_two_stacks_starting_at_once_get_one_port_owner(
-    hermes_env: dict[str, str], tmp_path: Path, broker: str
+    hermes_env: dict[str, str], tmp_path: Path, redis_url: str
 ) -> None:
     for round_ in range(2):
         port = free_port()
         homes = [_home(tmp_path, f"{round_}-{name}") for name in "ab"]
-        envs = [_env(hermes_env, home, port, broker) for home in homes]
+        brokers = _own_brokers(redis_url)
+        envs = [
+            _env(hermes_env, home, port, broker)
+            for home, broker in zip(homes, brokers, strict=True)
+        ]
         procs = [_gateway(env, home / "g.log") for env, home in zip(envs, homes, strict=True)]
         try:
             wait_for(lambda procs=procs: any(p.proc.poll() is not None for p in procs), timeout=60)
@@ -167,15 +177,16 @@ def test_a_program_that_is_not_hermes_keeps_its_port(
 
 @pytest.mark.timeout(180)
 def test_a_killed_stack_leaves_the_port_to_the_next(
-    hermes_env: dict[str, str], tmp_path: Path, broker: str
+    hermes_env: dict[str, str], tmp_path: Path, redis_url: str
 ) -> None:
     port = free_port()
     a_home, b_home = _home(tmp_path, "a"), _home(tmp_path, "b")
-    first = _gateway(_env(hermes_env, a_home, port, broker), a_home / "g.log")
+    a_broker, b_broker = _own_brokers(redis_url)
+    first = _gateway(_env(hermes_env, a_home, port, a_broker), a_home / "g.log")
     wait_for(lambda: _healthy(port), timeout=30)
     os.killpg(first.proc.pid, signal.SIGKILL)  # no clean release: its pid stays recorded
     first.proc.wait()
-    second = _gateway(_env(hermes_env, b_home, port, broker), b_home / "g.log")
+    second = _gateway(_env(hermes_env, b_home, port, b_broker), b_home / "g.log")
     try:
         wait_for(lambda: _healthy(port), timeout=30)
         assert second.proc.poll() is None, second.output()
