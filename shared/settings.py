@@ -31,6 +31,7 @@ from shared.sections import (
     FlowerSettings,
     GatewaySettings,
     MaintenanceSettings,
+    MediaSettings,
     ModelSettings,
     PipelineSettings,
     Section,
@@ -181,6 +182,7 @@ class Settings(BaseSettings):
     auxiliary: AuxiliarySettings = AuxiliarySettings()
     transcription: TranscriptionSettings = TranscriptionSettings()
     agent: AgentSettings = AgentSettings()
+    media: MediaSettings = MediaSettings()
     flower: FlowerSettings = FlowerSettings()
     # Dollars per million tokens per model name, over shared.pricing.DEFAULT_PRICES.
     pricing: dict[str, ModelPrice] = Field(default_factory=dict)
