@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from shared.db import Store
+from shared.db import Store, open_store
 from shared.db.schema import inbox as inbox_table
 from shared.db.schema import media_blobs
 from shared.db.schema import sessions as sessions_table
@@ -30,6 +31,7 @@ from shared.settings import Settings
 from shared.store import media
 from shared.store.reclaim import sweep_media
 from tests.fakes.server import free_port
+from tests.fakes.stack import start_worker, wait_for
 from tests.integration.test_cli_sessions_support import (
     DAY,
     NOW,
@@ -40,11 +42,14 @@ from tests.integration.test_cli_sessions_support import (
     seed,
 )
 from tests.integration.test_db_cli import assert_one_line_failure
+from tests.integration.test_db_copy import copy, pg_target
+from tests.integration.test_media_fleet import PLAN, finished, two_hosts, user_text
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
 
 pytestmark = pytest.mark.both_databases
+__all__ = ["pg_target"]  # fixtures
 
 CAP = 1 << 20
 A = "20250101_000000_aaaaaa"
@@ -326,3 +331,94 @@ def test_a_bucket_that_does_not_exist_is_refused_with_its_name(
     with store.write() as conn, pytest.raises(MediaStorageError, match=r"NoSuchBucket"):
         media.put(conn, ONLY_B, "text/plain", max_bytes=CAP, session_id=A, objects=missing)
     assert rows(store) == {}
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_on_another_host_reads_the_terminals_attachment_from_the_bucket(
+    hermes_env: dict[str, str], tmp_path: Path, redis_url: str, s3_endpoint: str, bucket: str
+) -> None:
+    client_env, far_env = (
+        {**env, **s3_env(s3_endpoint, bucket)} for env in two_hosts(hermes_env, tmp_path, redis_url)
+    )
+    db = client_env["HERMES_DATABASE_URL"]
+    files = tmp_path / "client-files"
+    files.mkdir()
+    (files / "plan.md").write_text(PLAN)
+    sent = hermes(
+        client_env, "chat", "-q", "my plan?", "-a", str(files / "plan.md"), "--timeout", "1"
+    )
+    assert sent.returncode == 1 and "stays queued" in sent.stderr, sent.stderr
+    shutil.rmtree(files)  # gone from the client: only the uploaded object remains
+    digest = sha(PLAN.encode())
+    assert keys(s3_endpoint, bucket) == {key(digest)}
+
+    worker = start_worker(far_env, Path(far_env["HERMES_HOME"]))
+    try:
+        (done,) = wait_for(lambda: finished(db, "cli"), timeout=120)  # type: ignore[misc]
+    finally:
+        logs = worker.output()
+        assert worker.stop() == 0, logs
+    said = user_text(db, done.session_id or "")
+    assert "ship the fleet on Friday" in said, logs  # the worker read the object's bytes
+    assert f"blob:{digest}" in said and str(tmp_path) not in said
+    store = open_store(db)
+    try:
+        assert rows(store) == {digest: (b"", f"s3://{bucket}/fleet/media")}
+        with store.read() as conn:
+            assert media.session_blobs(conn, done.session_id or "") == [digest]
+    finally:
+        store.close()
+
+
+def test_db_copy_moves_the_metadata_and_the_bytes_stay_in_the_bucket(
+    hermes_env: dict[str, str],
+    three: Store,
+    objects: MediaObjects,
+    pg_target: str,
+    tmp_path: Path,
+    s3_endpoint: str,
+    bucket: str,
+) -> None:
+    source = hermes_env.get("HERMES_DATABASE_URL") or f"sqlite:///{three.path}"
+    target = pg_target if three.dialect == "sqlite" else f"sqlite:///{tmp_path / 'copy.db'}"
+    before = keys(s3_endpoint, bucket)
+    copied = copy(hermes_env, source, target)
+    assert copied.returncode == 0, copied.stderr
+    assert keys(s3_endpoint, bucket) == before  # nothing uploaded again, nothing deleted
+    moved = open_store(target)
+    try:
+        assert rows(moved) == rows(three)
+        with moved.read() as conn:
+            found = media.read(conn, sha(ONLY_A), objects)
+        assert found is not None and found.data == ONLY_A
+    finally:
+        moved.close()
+
+
+def test_config_check_shows_the_media_settings_with_the_secret_masked(
+    hermes_env: dict[str, str],
+) -> None:
+    env = {
+        **hermes_env,
+        "HERMES_MEDIA__URL": "s3://fleet-media/prod",
+        "HERMES_MEDIA__ENDPOINT_URL": "http://10.1.0.2:9000",
+        "HERMES_MEDIA__ACCESS_KEY_ID": KEY_ID,
+        "HERMES_MEDIA__SECRET_ACCESS_KEY": SECRET,
+    }
+    done = hermes(env, "config", "check", "--json")
+    assert done.returncode == 0, done.stderr
+    found = {row["key"]: row["value"] for row in map(json.loads, done.stdout.splitlines())}
+    assert found["media.url"] == "s3://fleet-media/prod"
+    assert found["media.endpoint_url"] == "http://10.1.0.2:9000"
+    assert found["media.access_key_id"] == KEY_ID
+    assert found["media.secret_access_key"].startswith("***")
+    assert SECRET not in done.stdout and SECRET not in done.stderr
+
+
+def test_a_media_url_that_is_not_s3_is_refused_naming_the_key(
+    hermes_env: dict[str, str],
+) -> None:
+    env = {**hermes_env, "HERMES_MEDIA__URL": "https://bucket.example.com/media"}
+    done = hermes(env, "config", "check")
+    assert done.returncode == 2, done.stdout
+    assert "media.url" in done.stderr and "s3://bucket" in done.stderr, done.stderr
