@@ -74,7 +74,7 @@ def delete_cmd(ctx: click.Context, app: App, session: str, yes: bool) -> None:
     with store.write() as conn:
         if not session_rows.delete_session(conn, record.id, dropped):
             raise SessionNotFound(record.id)
-    media.forget(app.media_objects(), dropped)  # after the commit: an orphan at worst
+    media.forget(store, app.media_objects(), dropped)  # after the commit: an orphan at worst
     legacy_media.remove(app.settings.media_dir, [record.id])  # files an older version saved
     click.echo(f"Deleted session {record.id} ({plural(record.message_count, 'message')}).")
 

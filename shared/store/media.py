@@ -38,6 +38,7 @@ from shared.db.schema import media_refs as refs
 from shared.media_objects import MediaStorageError
 
 if TYPE_CHECKING:
+    from shared.db.engine import Store
     from shared.media_objects import MediaObjects
 
 _NEW_BLOB = InsertOrSkip(
@@ -209,12 +210,15 @@ def _drop(conn: Connection, where: list[Any], dropped: list[str] | None) -> int:
     return len(rows)
 
 
-def forget(objects: MediaObjects | None, dropped: Sequence[str]) -> list[str]:
-    """After the commit that dropped their rows: delete those blobs' objects. Returns the
-    digests whose objects could not be deleted (orphans, for `orphans` to find later)."""
+def forget(store: Store, objects: MediaObjects | None, dropped: Sequence[str]) -> list[str]:
+    """After the commit that dropped their rows: delete those blobs' objects, but not one whose
+    row another host has written again meanwhile (the same bytes sent anew). Returns the
+    digests whose objects could not be deleted (orphans, for the sweep to find later)."""
     if objects is None or not dropped:
         return []
-    return objects.delete(dropped)
+    with store.read() as conn:
+        again = held_of(conn, dropped)
+    return objects.delete(sha for sha in dropped if sha not in again)
 
 
 def sweep_unreferenced(

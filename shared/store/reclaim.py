@@ -129,7 +129,7 @@ def prune_in_batches(
                 deleted=batch,
                 dropped=dropped,
             )
-        media.forget(objects, dropped)  # committed: the rows are gone, now their objects
+        media.forget(store, objects, dropped)  # committed: the rows are gone, now their objects
         if deleted is not None:
             deleted.extend(batch)
         sessions += gone
@@ -167,7 +167,7 @@ def sweep_media(
             gone = media.sweep_unreferenced(
                 conn, older_than=older_than, limit=limit, dropped=dropped
             )
-        media.forget(objects, dropped)
+        media.forget(store, objects, dropped)
         removed += gone
         if gone < limit:
             break

@@ -29,6 +29,7 @@ from shared.media_objects import MediaObjects, MediaStorageError, from_settings
 from shared.sections import MediaSettings
 from shared.settings import Settings
 from shared.store import media
+from shared.store import sessions as session_rows
 from shared.store.reclaim import sweep_media
 from tests.fakes.server import free_port
 from tests.fakes.stack import start_worker, wait_for
@@ -422,3 +423,36 @@ def test_a_media_url_that_is_not_s3_is_refused_naming_the_key(
     done = hermes(env, "config", "check")
     assert done.returncode == 2, done.stdout
     assert "media.url" in done.stderr and "s3://bucket" in done.stderr, done.stderr
+
+
+def test_a_failed_object_delete_leaves_an_orphan_the_sweep_removes_never_a_dangling_row(
+    s3_settings: Settings, three: Store, objects: MediaObjects, s3_endpoint: str, bucket: str
+) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    down = s3_settings.model_copy(update={"media": media_settings(closed, bucket)})
+    result = invoke(down, ["sessions", "delete", A, "--yes"])
+    assert result.exit_code == 0, result.output  # the session is gone all the same
+    assert set(rows(three)) == {sha(SHARED), sha(ONLY_B)}  # no row without its object
+    assert key(sha(ONLY_A)) in keys(s3_endpoint, bucket)  # an orphan object
+    with three.read() as conn:  # every row left still reads
+        assert all(media.read(conn, s, objects) for s in (sha(SHARED), sha(ONLY_B)))
+    later = time.time() + media.UNREFERENCED_GRACE_SECONDS + 60
+    sweep_media(three, now=later, objects=objects)
+    assert keys(s3_endpoint, bucket) == {key(sha(SHARED)), key(sha(ONLY_B))}
+
+
+def test_an_object_whose_row_was_written_again_is_not_deleted(
+    three: Store, objects: MediaObjects, s3_endpoint: str, bucket: str
+) -> None:
+    dropped: list[str] = []
+    with three.write() as conn:
+        assert session_rows.delete_session(conn, A, dropped)
+    assert dropped == [sha(ONLY_A)]  # SHARED is still B's
+    # Before this host deletes the object, another one stores the same bytes again.
+    with three.write() as conn:
+        media.put(conn, ONLY_A, "application/pdf", max_bytes=CAP, session_id=C, objects=objects)
+    assert media.forget(three, objects, dropped) == []
+    assert key(sha(ONLY_A)) in keys(s3_endpoint, bucket)
+    with three.read() as conn:
+        found = media.read(conn, sha(ONLY_A), objects)
+    assert found is not None and found.data == ONLY_A
