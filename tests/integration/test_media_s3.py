@@ -456,3 +456,27 @@ def test_an_object_whose_row_was_written_again_is_not_deleted(
     with three.read() as conn:
         found = media.read(conn, sha(ONLY_A), objects)
     assert found is not None and found.data == ONLY_A
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_that_cannot_reach_the_bucket_says_so_in_the_transcript(
+    hermes_env: dict[str, str], tmp_path: Path, redis_url: str, s3_endpoint: str, bucket: str
+) -> None:
+    client_env, far_env = two_hosts(hermes_env, tmp_path, redis_url)
+    client_env |= s3_env(s3_endpoint, bucket)
+    far_env |= s3_env(f"http://127.0.0.1:{free_port()}", bucket)  # its route to it is down
+    db = client_env["HERMES_DATABASE_URL"]
+    plan = tmp_path / "plan.md"
+    plan.write_text(PLAN)
+    sent = hermes(client_env, "chat", "-q", "my plan?", "-a", str(plan), "--timeout", "1")
+    assert sent.returncode == 1 and "stays queued" in sent.stderr, sent.stderr
+    worker = start_worker(far_env, Path(far_env["HERMES_HOME"]))
+    try:
+        (done,) = wait_for(lambda: finished(db, "cli"), timeout=120)  # type: ignore[misc]
+    finally:
+        logs = worker.output()
+        assert worker.stop() == 0, logs
+    said = user_text(db, done.session_id or "")
+    assert "plan.md — could not be read: media store s3://" in said, said
+    assert "ship the fleet on Friday" not in said
+    assert keys(s3_endpoint, bucket) == {key(sha(PLAN.encode()))}  # the upload is intact
