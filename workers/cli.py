@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 import beat_schedule
+from shared import media_objects
 from shared.db import OperationalError, StoreError, open_store
 from shared.sdks import SENDER, configured_platforms, sdk_problems
 from shared.settings import Settings, load_settings
@@ -102,6 +103,11 @@ def worker(
     settings = _settings(ctx)
     if not skip_missing_sdks:
         refuse_missing_sdks(configured_platforms(settings))
+    try:  # media.url without boto3: say so once, not in every turn with an attachment
+        media_objects.from_settings(settings.media)
+    except media_objects.MediaStorageError as exc:
+        click.echo(f"hermes worker: {exc}", err=True)
+        sys.exit(1)
     port = metrics_port or settings.workers.metrics_port
     metrics = _metrics(settings, port, pool, hostname) if port else None
     app = create_app(settings, metrics)

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from pydantic import ValidationError
 
 from shared.media_objects import MediaStorageError, from_settings, split_url
 from shared.sections import MediaSettings
+from shared.settings import load_settings
 
 
 def test_unset_means_the_database() -> None:
@@ -46,3 +49,20 @@ def test_boto3_missing_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setitem(sys.modules, "boto3", None)  # as if not installed
     with pytest.raises(MediaStorageError, match=r"boto3 is not installed.*hermes-fleet\[s3\]"):
         from_settings(MediaSettings.model_validate({"url": "s3://bucket/media"}))
+
+
+def test_a_worker_without_boto3_refuses_to_start_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from workers.cli import worker
+
+    monkeypatch.setitem(sys.modules, "boto3", None)  # as if not installed
+    env = {"HERMES_HOME": str(tmp_path), "HERMES_MEDIA__URL": "s3://bucket/media"}
+    settings = load_settings(env)
+    result = CliRunner().invoke(
+        worker, ["--skip-missing-sdks"], obj=SimpleNamespace(settings=settings)
+    )
+    assert result.exit_code == 1, result.output
+    assert "boto3 is not installed" in result.output and "hermes-fleet[s3]" in result.output
