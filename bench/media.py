@@ -1,21 +1,25 @@
 """Media blobs: storing and reading N attachments in the database vs writing them to disk.
 
-    python bench/media.py [--quick] [--count 1000] [--kb 200] [--database-url postgresql://…]
+    python bench/media.py [--quick] [--count 1000] [--kb 200] [--database-url postgresql://…] [--s3]
 
 Each blob is stored as a worker stores an attachment (`shared.store.media.put` with a session
 reference, one write transaction each), then every one is read back by digest (one read
 transaction each). The plain alternative is what hermes did before: `Path.write_bytes` of the
 same bytes into one folder (no fsync, as before), then `read_bytes`. Random bytes, so nothing
 compresses. SQLite always (state.db in a temporary HERMES_HOME); PostgreSQL too when
-`--database-url` is given (a fresh schema in it, dropped after). Human lines to stdout, the
-last line one JSON object.
+`--database-url` is given (a fresh schema in it, dropped after). `--s3` adds SQLite with
+`media.url` set: the bytes go through boto3 to moto's server on 127.0.0.1 (in-memory, in this
+process: it shows our overhead and the HTTP round trips, not a real bucket's latency). Human
+lines to stdout, the last line one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -47,7 +51,7 @@ def on_disk(blobs: list[bytes], folder: Path) -> dict[str, float]:
     return {"write_s": wrote, "read_s": read}
 
 
-def in_store(blobs: list[bytes], url: str) -> dict[str, float]:
+def in_store(blobs: list[bytes], url: str, objects: Any = None) -> dict[str, float]:
     from shared.db import open_store
     from shared.store import media
 
@@ -59,13 +63,13 @@ def in_store(blobs: list[bytes], url: str) -> dict[str, float]:
         for data in blobs:
             with store.write() as conn:
                 digests.append(media.put(conn, data, "application/octet-stream", max_bytes=cap,
-                                         session_id=SESSION))  # fmt: skip
+                                         session_id=SESSION, objects=objects))  # fmt: skip
         wrote = time.perf_counter() - started
         started = time.perf_counter()
         total = 0
         for sha in digests:
             with store.read() as conn:
-                found = media.read(conn, sha)
+                found = media.read(conn, sha, objects)
             assert found is not None
             total += found.size
         read = time.perf_counter() - started
@@ -73,6 +77,36 @@ def in_store(blobs: list[bytes], url: str) -> dict[str, float]:
         return {"write_s": wrote, "read_s": read}
     finally:
         store.close()
+
+
+def in_moto(blobs: list[bytes], url: str) -> dict[str, float]:
+    """The same, with the bytes in a bucket of moto's server (media.url)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from shared.media_objects import from_settings
+    from shared.sections import MediaSettings
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        creds = {"access_key_id": "bench", "secret_access_key": "bench", "region": "us-east-1"}
+        boto3.session.Session().client(
+            "s3", endpoint_url=endpoint, region_name="us-east-1",
+            aws_access_key_id="bench", aws_secret_access_key="bench",
+        ).create_bucket(Bucket="bench")  # fmt: skip
+        media = MediaSettings.model_validate(
+            {"url": "s3://bench/media", "endpoint_url": endpoint, **creds}
+        )
+        return in_store(blobs, url, from_settings(media))
+    finally:
+        server.stop()
 
 
 def figures(
@@ -104,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kb", type=int, default=200)
     parser.add_argument("--database-url", help="also time PostgreSQL (postgresql://…)")
     parser.add_argument("--quick", action="store_true", help="100 blobs (a few seconds)")
+    parser.add_argument("--s3", action="store_true", help="also SQLite + moto's S3 server")
     args = parser.parse_args(argv)
     if args.quick:
         args.count = min(args.count, 100)
@@ -118,6 +153,10 @@ def main(argv: list[str] | None = None) -> None:
         log("sqlite")
         sqlite = in_store(blobs, f"sqlite:///{tmp}/home/state.db")
         rows.append(figures("sqlite", sqlite, plain, mb, args.count))
+        if args.s3:
+            log("sqlite+s3")
+            s3 = in_moto(blobs, f"sqlite:///{tmp}/s3home/state.db")
+            rows.append(figures("sqlite+s3", s3, plain, mb, args.count))
         if args.database_url:
             log("postgresql")
             try:

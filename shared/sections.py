@@ -162,6 +162,32 @@ class AgentSettings(Section):
     max_attachment_mb: float = Field(default=20, gt=0, le=1024)
 
 
+class MediaSettings(Section):
+    """Where attachments' bytes live: unset `url`, in the database (media_blobs); an
+    `s3://bucket/prefix` URL, in S3-compatible object storage (the rows keep the metadata)."""
+
+    blank_is_unset: ClassVar[frozenset[str]] = frozenset(
+        {"url", "endpoint_url", "region", "access_key_id", "secret_access_key"}
+    )
+
+    url: str | None = None
+    endpoint_url: str | None = None  # MinIO, moto, another S3-compatible service
+    region: str | None = None
+    # Unset: boto3's own chain (AWS_ACCESS_KEY_ID…, ~/.aws, an instance role).
+    access_key_id: str | None = None
+    secret_access_key: SecretStr | None = None
+
+    @field_validator("url", mode="after")
+    @classmethod
+    def _s3_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        bucket = value.removeprefix("s3://").split("/", 1)[0]
+        if not value.startswith("s3://") or not bucket:
+            raise ValueError(f"media.url must look like s3://bucket[/prefix], not {value!r}")
+        return value
+
+
 class Endpoint(BaseModel):
     """A resolved OpenAI-compatible endpoint: where, with which key, which model."""
 

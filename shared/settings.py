@@ -32,6 +32,7 @@ from shared.sections import (
     FlowerSettings,
     GatewaySettings,
     MaintenanceSettings,
+    MediaSettings,
     ModelSettings,
     PipelineSettings,
     Section,
@@ -182,6 +183,7 @@ class Settings(BaseSettings):
     auxiliary: AuxiliarySettings = AuxiliarySettings()
     transcription: TranscriptionSettings = TranscriptionSettings()
     agent: AgentSettings = AgentSettings()
+    media: MediaSettings = MediaSettings()
     flower: FlowerSettings = FlowerSettings()
     fleet: FleetSettings = FleetSettings()
     # Dollars per million tokens per model name, over shared.pricing.DEFAULT_PRICES.

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 import beat_schedule
+from shared import media_objects
 from shared.db import OperationalError, StoreError, open_store
 from shared.fleet_registry import FleetMismatch, Heartbeat, join
 from shared.sdks import SENDER, configured_platforms, sdk_problems
@@ -104,6 +105,11 @@ def worker(
     settings = _settings(ctx)
     if not skip_missing_sdks:
         refuse_missing_sdks(configured_platforms(settings))
+    try:  # media.url without boto3: say so once, not in every turn with an attachment
+        media_objects.from_settings(settings.media)
+    except media_objects.MediaStorageError as exc:
+        click.echo(f"hermes worker: {exc}", err=True)
+        sys.exit(1)
     node = hostname or f"hermes-{os.getpid()}@%h"
     heartbeat = join_fleet(settings, "worker", name=node.replace("%h", socket.gethostname()))
     try:

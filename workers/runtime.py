@@ -12,7 +12,9 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
+from shared import media_objects
 from shared.db import Store, open_store
+from shared.media_objects import MediaObjects
 from shared.ports import Clock, Waker
 from shared.pricing import Pricing
 from shared.settings import Settings
@@ -45,6 +47,11 @@ class Runtime:
     def pricing(self) -> Pricing:
         """The price table the usage ledger's costs come from (`pricing:` over the defaults)."""
         return Pricing(self.settings.pricing)
+
+    @cached_property
+    def media_objects(self) -> MediaObjects | None:
+        """The object store holding attachments' bytes (`media.url`); None: the database."""
+        return media_objects.from_settings(self.settings.media)
 
     def holder(self) -> str:
         return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"

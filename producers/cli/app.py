@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 import click
 
 from shared.db import AmbiguousSession, SessionNotFound, Store, StoreError, TitleInUse, open_store
+from shared.media_objects import MediaObjects, MediaStorageError, from_settings
 from shared.settings import Settings, SettingsError, load_settings
 from shared.titles import TitleError
 
@@ -23,6 +24,7 @@ class App:
     clock: Callable[[], float] = time.time
     _settings: Settings | None = None
     _store: Store | None = None
+    _media: MediaObjects | None = None
     _closers: list[Callable[[], Any]] = field(default_factory=list)
 
     @property
@@ -41,6 +43,12 @@ class App:
             self._store = open_store(self.settings.resolved_database_url)
             self._closers.append(self._store.close)
         return self._store
+
+    def media_objects(self) -> MediaObjects | None:
+        """The object store `media.url` names (None: attachments' bytes in the database)."""
+        if self._media is None:
+            self._media = from_settings(self.settings.media)
+        return self._media
 
     def close(self) -> None:
         while self._closers:
@@ -61,6 +69,6 @@ def is_terminal() -> bool:
 
 
 # Problems with the environment (config, state.db): exit 2.
-EXPECTED_ERRORS = (SettingsError, StoreError)
+EXPECTED_ERRORS = (SettingsError, StoreError, MediaStorageError)
 # Problems with what the user typed (unknown session, bad title): exit 1.
 USER_ERRORS = (SessionNotFound, AmbiguousSession, TitleError, TitleInUse)

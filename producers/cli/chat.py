@@ -25,6 +25,7 @@ from producers.cli.chat_stack import ChatStack, WorkerExited
 from producers.cli.startup import on_chat_start
 from producers.stack.embedded_redis import EmbeddedRedisError
 from shared.fleet_registry import FleetMismatch
+from shared.media_objects import MediaStorageError
 from shared.store.media import MediaRefused, check_size, max_bytes_for
 from shared.turns import Attachment
 
@@ -191,6 +192,9 @@ def _one_shot(
     except (MediaRefused, OSError) as exc:  # changed or gone since the start: nothing sent
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         notes.print(f"hermes: an attachment could not be read: {reason}", markup=False)
+        return 2
+    except MediaStorageError as exc:  # the bucket refused or is unreachable: nothing sent
+        notes.print(f"hermes: an attachment could not be stored: {exc}", markup=False)
         return 2
     outcome = terminal.wait(turn_id, timeout=timeout, tick=lambda _waited, _status: health())
     session_id = terminal.session_id() or terminal.chat_id

@@ -30,10 +30,11 @@ from typing import Any
 
 from producers.broker import broker_redis
 from producers.intake import accept, key_for
-from shared import live
+from shared import live, media_objects
 from shared.db import Store
 from shared.ids import new_session_id
 from shared.live import LiveEvent, decode
+from shared.media_objects import MediaObjects
 from shared.model import MessageRecord, SessionRecord
 from shared.pipeline import inbox, outbox, routes
 from shared.platforms import CLI, DM
@@ -132,6 +133,7 @@ class TerminalChat:
         self.chat_id = ""
         self.key = ""
         self._pubsub: Subscription | None = None
+        self._objects: MediaObjects | None = None  # built at the first upload (media.url)
 
     # --- which session ---
 
@@ -208,9 +210,17 @@ class TerminalChat:
             attachments=attachments,
         )
 
+    def objects(self) -> MediaObjects | None:
+        """The object store `media.url` names (None: bytes in the database)."""
+        if self._objects is None:
+            self._objects = media_objects.from_settings(self.settings.media)
+        return self._objects
+
     def upload(self, attachment: Attachment) -> Attachment:
-        """A local file's bytes into the blob table; the attachment as the turn names it (no
-        path). MediaRefused over `agent.max_attachment_mb`, OSError when unreadable."""
+        """A local file's bytes into the blob table (and the object store when `media.url` is
+        set); the attachment as the turn names it (no path). MediaRefused over
+        `agent.max_attachment_mb`, OSError when unreadable, MediaStorageError when the object
+        store fails (nothing written then)."""
         if not attachment.path:
             return attachment
         cap = blobs.max_bytes_for(self.settings.agent.max_attachment_mb)
@@ -219,7 +229,9 @@ class TerminalChat:
         blobs.check_size(path.stat().st_size, cap, name)
         data = path.read_bytes()
         with self.store.write() as conn:
-            sha = blobs.put(conn, data, attachment.mime_type, max_bytes=cap, name=name)
+            sha = blobs.put(
+                conn, data, attachment.mime_type, max_bytes=cap, name=name, objects=self.objects()
+            )
         return replace(attachment, path=None, url=blobs.ref_of(sha), size=len(data), name=name)
 
     def send(self, text: str, attachments: tuple[Attachment, ...] = ()) -> int:

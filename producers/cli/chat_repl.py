@@ -21,6 +21,7 @@ from producers.cli.chat_handoff import await_handoff, last_id
 from producers.cli.chat_live import LiveReply
 from producers.cli.recap_view import ASSISTANT_STYLE, USER_STYLE, render_recap
 from shared import __version__
+from shared.media_objects import MediaStorageError
 from shared.model import SessionRecord
 from shared.pipeline import inbox
 from shared.settings import Settings
@@ -165,6 +166,10 @@ class Repl:
         except (MediaRefused, OSError) as exc:  # changed or gone since /attach: nothing sent
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             self.console.print(Text(f"Not sent: an attachment could not be read: {reason}",
+                                    style="red"))  # fmt: skip
+            return
+        except MediaStorageError as exc:  # the bucket refused or is unreachable: nothing sent
+            self.console.print(Text(f"Not sent: an attachment could not be stored: {exc}",
                                     style="red"))  # fmt: skip
             return
         self._stop_replies: list[str] = []

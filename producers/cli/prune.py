@@ -84,6 +84,7 @@ def prune_cmd(app: App, days: int, source: str | None, yes: bool, dry_run: bool)
                 progress=lambda count, _messages: advance(count),
                 fold=True,
                 deleted=gone,
+                objects=app.media_objects(),
             )
         click.echo(f"Deleted {plural(deleted, 'session')} ({plural(messages, 'message')}).")
         legacy_media.remove(app.settings.media_dir, gone)  # files an older version saved here

@@ -13,7 +13,7 @@ from producers.cli.sessions_io import export_cmd, import_cmd
 from producers.cli.space import file_sizes
 from shared import legacy_media
 from shared.db import SessionNotFound
-from shared.store import lineage
+from shared.store import lineage, media
 from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
 from shared.titles import TitleSource
@@ -70,9 +70,11 @@ def delete_cmd(ctx: click.Context, app: App, session: str, yes: bool) -> None:
     if not yes and not confirm(f"Delete session {record.id} ({what})?"):
         click.echo("Aborted; nothing deleted.", err=True)
         ctx.exit(1)
+    dropped: list[str] = []
     with store.write() as conn:
-        if not session_rows.delete_session(conn, record.id):
+        if not session_rows.delete_session(conn, record.id, dropped):
             raise SessionNotFound(record.id)
+    media.forget(store, app.media_objects(), dropped)  # after the commit: an orphan at worst
     legacy_media.remove(app.settings.media_dir, [record.id])  # files an older version saved
     click.echo(f"Deleted session {record.id} ({plural(record.message_count, 'message')}).")
 

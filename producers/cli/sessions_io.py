@@ -81,7 +81,10 @@ def export_cmd(app: App, file: str, source: str | None, session_ref: str | None)
         # JSON on the terminal itself would tear the bar: no bar then.
         bar = not (file == "-" and sys.stdout.isatty())
         with open_output(file) as out, progress_bar(total, "Exporting", enabled=bar) as advance:
-            for doc in export_sessions(conn, source=source, session_id=session_id):
+            docs = export_sessions(
+                conn, source=source, session_id=session_id, objects=app.media_objects()
+            )
+            for doc in docs:
                 out.write(encode_line(doc).encode("utf-8") + b"\n")
                 exported += 1
                 messages += len(doc["messages"])
@@ -126,7 +129,9 @@ def import_cmd(app: App, file: str) -> None:
     stored one is kept). Exit code 1 when any line was bad or differed.
     """
     with open_input(file) as handle, progress_bar(_size(handle), "Importing") as advance:
-        report = import_lines(app.store(), enumerate(handle, 1), progress=advance)
+        report = import_lines(
+            app.store(), enumerate(handle, 1), progress=advance, objects=app.media_objects()
+        )
     for number, reason in report.bad[:BAD_LINES_SHOWN]:
         click.echo(f"line {number}: {reason}", err=True)
     if len(report.bad) > BAD_LINES_SHOWN:

@@ -299,11 +299,14 @@ platform_cursors = Table(
 media_blobs = Table(
     "media_blobs",
     metadata,
-    Column("sha256", Text, primary_key=True),  # hex digest of `data`
+    Column("sha256", Text, primary_key=True),  # hex digest of the bytes
     Column("data", LargeBinary, nullable=False),
     Column("size", BigInteger, nullable=False),
     Column("media_type", Text, nullable=False),
     Column("created_at", Float, nullable=False),
+    # Revision 0018: the object store holding the bytes (`media.url`), `data` then empty;
+    # NULL when the bytes are in `data`.
+    Column("location", Text),
     Index("ix_media_blobs_created", "created_at"),
     info={"copy_batch": 16},  # `hermes db copy` moves few of these at a time: they are large
 )

@@ -10,6 +10,13 @@ and, in the same transaction, every blob that no session references any more.
 An upload that no session has taken yet (the terminal stores a file's bytes before its turn
 runs) has no reference; `sweep_unreferenced` removes such blobs once they are older than a
 grace period, so a turn that never ran leaves nothing behind for long.
+
+With `media.url` set, the functions that write or read bytes are given the object store
+(shared.media_objects): a new blob's bytes are PUT there before its row is written (the row
+then has empty `data` and the store's URL in `location`), and reads fetch them from there. The
+functions that drop rows add the dropped digests to `dropped`; the caller deletes their objects
+once the transaction has committed (`forget`), so a failure leaves an orphan object, never a
+row without its bytes.
 """
 
 from __future__ import annotations
@@ -21,16 +28,21 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete, exists, func, select
 
 from shared.db.conflict import InsertOrSkip
 from shared.db.schema import media_blobs as blobs
 from shared.db.schema import media_refs as refs
+from shared.media_objects import MediaStorageError
+
+if TYPE_CHECKING:
+    from shared.db.engine import Store
+    from shared.media_objects import MediaObjects
 
 _NEW_BLOB = InsertOrSkip(
-    blobs, ["sha256", "data", "size", "media_type", "created_at"], keys=["sha256"]
+    blobs, ["sha256", "data", "size", "media_type", "created_at", "location"], keys=["sha256"]
 )
 _NEW_REF = InsertOrSkip(
     refs, ["sha256", "session_id", "name", "created_at"], keys=["sha256", "session_id"]
@@ -98,16 +110,26 @@ def put(
     session_id: str | None = None,
     name: str | None = None,
     now: float | None = None,
+    objects: MediaObjects | None = None,
 ) -> str:
     """Store `data` (once per content) and, given `session_id`, reference it from that session.
-    Returns the digest. MediaRefused, with nothing written, when it is over `max_bytes`."""
+    Returns the digest. MediaRefused, with nothing written, when it is over `max_bytes`.
+
+    Given `objects`, a new blob's bytes go there first (MediaStorageError, nothing written,
+    when the store fails); the row written after it names the store."""
     check_size(len(data), max_bytes, name or "the attachment")
     at = time.time() if now is None else now
     sha = digest(data)
     held = conn.execute(select(blobs.c.sha256).where(blobs.c.sha256 == sha)).first()
     if held is None:  # two hosts storing the same bytes at once: the loser's insert is skipped
+        kind = media_type or DEFAULT_TYPE
         values = {"sha256": sha, "data": data, "size": len(data), "created_at": at}
-        _NEW_BLOB.rowcount(conn, {**values, "media_type": media_type or DEFAULT_TYPE})
+        if objects is not None:
+            objects.put(sha, data, kind)  # raises before any row is written
+            values.update(data=b"", location=objects.url)
+        else:
+            values["location"] = None
+        _NEW_BLOB.rowcount(conn, {**values, "media_type": kind})
     if session_id is not None:
         add_ref(conn, sha, session_id, name=name, now=at)
     return sha
@@ -135,11 +157,25 @@ def exists_blob(conn: Connection, sha256: str) -> bool:
     return conn.execute(select(blobs.c.sha256).where(blobs.c.sha256 == sha256)).first() is not None
 
 
-def read(conn: Connection, sha256: str) -> Blob | None:
+def _bytes_of(row: Any, objects: MediaObjects | None) -> bytes:
+    """A blob row's bytes: from the row, or from the object store that holds them."""
+    if row.location is None:
+        return bytes(row.data)
+    if objects is None:
+        raise MediaStorageError(
+            f"blob {row.sha256[:12]} is stored in {row.location}, but media.url is not set"
+        )
+    return objects.get(row.sha256)
+
+
+def read(conn: Connection, sha256: str, objects: MediaObjects | None = None) -> Blob | None:
+    """The blob, bytes included (fetched from `objects` when it holds them); None when no such
+    blob is stored. MediaStorageError when its object store cannot give the bytes."""
     row = conn.execute(select(blobs).where(blobs.c.sha256 == sha256)).first()
     if row is None:
         return None
-    return Blob(row.sha256, bytes(row.data), int(row.size), row.media_type, float(row.created_at))
+    data = _bytes_of(row, objects)
+    return Blob(row.sha256, data, int(row.size), row.media_type, float(row.created_at))
 
 
 def session_blobs(conn: Connection, session_id: str) -> list[str]:
@@ -148,9 +184,10 @@ def session_blobs(conn: Connection, session_id: str) -> list[str]:
     return [str(sha) for sha in conn.execute(query).scalars()]
 
 
-def release(conn: Connection, session_ids: Sequence[str]) -> int:
+def release(conn: Connection, session_ids: Sequence[str], dropped: list[str] | None = None) -> int:
     """Drop the sessions' references and every blob no session references any more (call it in
-    the transaction that deletes the sessions). Returns how many blobs went."""
+    the transaction that deletes the sessions). Returns how many blobs went; the digests of
+    those whose bytes are in an object store are added to `dropped` (see `forget`)."""
     if not session_ids:
         return 0
     ids = list(session_ids)
@@ -160,12 +197,37 @@ def release(conn: Connection, session_ids: Sequence[str]) -> int:
         return 0
     conn.execute(delete(refs).where(refs.c.session_id.in_(ids)))
     still = exists().where(refs.c.sha256 == blobs.c.sha256)
-    gone = conn.execute(delete(blobs).where(blobs.c.sha256.in_(candidates), ~still))
-    return int(gone.rowcount or 0)
+    return _drop(conn, [blobs.c.sha256.in_(candidates), ~still], dropped)
+
+
+def _drop(conn: Connection, where: list[Any], dropped: list[str] | None) -> int:
+    """Delete the blob rows matching `where`; the digests of those held in an object store
+    go to `dropped`. How many rows went."""
+    gone = conn.execute(delete(blobs).where(*where).returning(blobs.c.sha256, blobs.c.location))
+    rows = gone.all()
+    if dropped is not None:
+        dropped.extend(str(row.sha256) for row in rows if row.location is not None)
+    return len(rows)
+
+
+def forget(store: Store, objects: MediaObjects | None, dropped: Sequence[str]) -> list[str]:
+    """After the commit that dropped their rows: delete those blobs' objects, but not one whose
+    row another host has written again meanwhile (the same bytes sent anew). Returns the
+    digests whose objects could not be deleted (orphans, for the sweep to find later)."""
+    if objects is None or not dropped:
+        return []
+    with store.read() as conn:
+        again = held_of(conn, dropped)
+    return objects.delete(sha for sha in dropped if sha not in again)
 
 
 def sweep_unreferenced(
-    conn: Connection, *, older_than: float, limit: int = 500, dry_run: bool = False
+    conn: Connection,
+    *,
+    older_than: float,
+    limit: int = 500,
+    dry_run: bool = False,
+    dropped: list[str] | None = None,
 ) -> int:
     """Blobs no session references, stored before `older_than` (uploads whose turn never ran,
     references of sessions deleted by older code): removed, at most `limit` per call."""
@@ -186,8 +248,16 @@ def sweep_unreferenced(
     )
     chosen = [str(sha) for sha in conn.execute(unreferenced).scalars()]
     if chosen and not dry_run:
-        conn.execute(delete(blobs).where(blobs.c.sha256.in_(chosen)))
+        _drop(conn, [blobs.c.sha256.in_(chosen)], dropped)
     return len(chosen)
+
+
+def held_of(conn: Connection, digests: Sequence[str]) -> set[str]:
+    """Which of `digests` have a blob row."""
+    if not digests:
+        return set()
+    query = select(blobs.c.sha256).where(blobs.c.sha256.in_(list(digests)))
+    return {str(sha) for sha in conn.execute(query).scalars()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,8 +274,11 @@ def stats(conn: Connection) -> MediaStats:
 # --- export / import: a session's blobs travel with it, base64 in the JSONL ---
 
 
-def export_documents(conn: Connection, session_id: str) -> list[dict[str, Any]]:
-    """The session's blobs as JSON-ready documents (bytes base64-encoded)."""
+def export_documents(
+    conn: Connection, session_id: str, objects: MediaObjects | None = None
+) -> list[dict[str, Any]]:
+    """The session's blobs as JSON-ready documents (bytes base64-encoded, fetched from the
+    object store for blobs it holds)."""
     query = (
         select(blobs, refs.c.name)
         .join(refs, refs.c.sha256 == blobs.c.sha256)
@@ -218,7 +291,7 @@ def export_documents(conn: Connection, session_id: str) -> list[dict[str, Any]]:
             "media_type": row.media_type,
             "size": int(row.size),
             "name": row.name,
-            "data": base64.b64encode(bytes(row.data)).decode("ascii"),
+            "data": base64.b64encode(_bytes_of(row, objects)).decode("ascii"),
         }
         for row in conn.execute(query)
     ]
@@ -273,8 +346,14 @@ def parse_documents(value: Any, where: str, *, max_bytes: int | None = None) -> 
     return parsed
 
 
-def import_blobs(conn: Connection, session_id: str, items: Iterable[ImportedBlob]) -> None:
-    """Store imported blobs for a session; a blob or reference already held is left as is."""
+def import_blobs(
+    conn: Connection,
+    session_id: str,
+    items: Iterable[ImportedBlob],
+    objects: MediaObjects | None = None,
+) -> None:
+    """Store imported blobs for a session (bytes into `objects` when given); a blob or
+    reference already held is left as is."""
     for item in items:
         put(
             conn,
@@ -283,4 +362,5 @@ def import_blobs(conn: Connection, session_id: str, items: Iterable[ImportedBlob
             max_bytes=len(item.data),
             session_id=session_id,
             name=item.name,
+            objects=objects,
         )

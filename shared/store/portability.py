@@ -26,6 +26,7 @@ from shared.db.engine import Store
 from shared.db.errors import TitleInUse
 from shared.db.schema import messages, sessions
 from shared.ids import is_safe_session_id
+from shared.media_objects import MediaObjects
 from shared.store import media as media_rows
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
@@ -76,8 +77,10 @@ def export_sessions(
     source: str | None = None,
     session_id: str | None = None,
     page: int = EXPORT_PAGE,
+    objects: MediaObjects | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Session documents in id order, a page of sessions and one session's messages at a time."""
+    """Session documents in id order, a page of sessions and one session's messages at a time;
+    media bytes that live in an object store are fetched from `objects`."""
     where = _filters(source, session_id)
     after: str | None = None
     while True:
@@ -86,20 +89,22 @@ def export_sessions(
             query = query.where(sessions.c.id > after)
         rows = conn.execute(query).all()
         for row in rows:
-            yield session_document(conn, row)
+            yield session_document(conn, row, objects)
         if len(rows) < page:
             return
         after = rows[-1].id
 
 
-def session_document(conn: Connection, row: Row[Any]) -> dict[str, Any]:
+def session_document(
+    conn: Connection, row: Row[Any], objects: MediaObjects | None = None
+) -> dict[str, Any]:
     data = row._mapping
     doc: dict[str, Any] = {name: data[name] for name in SESSION_COLUMNS}
     found = conn.execute(
         select(messages).where(messages.c.session_id == data["id"]).order_by(messages.c.id)
     )
     doc["messages"] = [message_document(message) for message in found]
-    held = media_rows.export_documents(conn, data["id"])
+    held = media_rows.export_documents(conn, data["id"], objects)
     if held:
         doc["media"] = held
     return doc
@@ -324,7 +329,9 @@ def _differs(conn: Connection, parsed: ParsedSession) -> bool:
     return bool(started != parsed.values["started_at"] or count != len(parsed.messages))
 
 
-def write_session(conn: Connection, parsed: ParsedSession) -> int | None:
+def write_session(
+    conn: Connection, parsed: ParsedSession, objects: MediaObjects | None = None
+) -> int | None:
     """Insert one session (parent unset) and its messages; None if its id is already present."""
     if session_exists(conn, parsed.id):
         return None
@@ -335,7 +342,7 @@ def write_session(conn: Connection, parsed: ParsedSession) -> int | None:
             raise BadLine(str(TitleInUse(title, holder)))
     session_rows.insert_imported(conn, parsed.values)
     message_rows.insert_imported(conn, parsed.id, parsed.messages)
-    media_rows.import_blobs(conn, parsed.id, parsed.media)
+    media_rows.import_blobs(conn, parsed.id, parsed.media, objects)
     return len(parsed.messages)
 
 
@@ -356,6 +363,7 @@ class ImportReport:
 @dataclass
 class _Importer:
     store: Store
+    objects: MediaObjects | None = None
     report: ImportReport = field(default_factory=ImportReport)
     batch: list[tuple[int, ParsedSession]] = field(default_factory=list)
     weight: int = 0
@@ -389,7 +397,7 @@ class _Importer:
     def _write_one(self, conn: Connection, number: int, parsed: ParsedSession) -> None:
         try:
             with conn.begin_nested():
-                written = write_session(conn, parsed)
+                written = write_session(conn, parsed, self.objects)
         except BadLine as error:
             self.report.bad.append((number, str(error)))
             return
@@ -407,7 +415,7 @@ class _Importer:
             if _differs(conn, parsed):
                 self.report.differing.append((number, parsed.id))
             else:  # the same session: media a partial earlier import missed goes in now
-                media_rows.import_blobs(conn, parsed.id, parsed.media)
+                media_rows.import_blobs(conn, parsed.id, parsed.media, self.objects)
             return
         self.report.imported += 1
         self.report.messages += written
@@ -433,9 +441,12 @@ def import_lines(
     lines: Iterable[tuple[int, bytes | str]],
     *,
     progress: Callable[[int], None] | None = None,
+    objects: MediaObjects | None = None,
 ) -> ImportReport:
-    """Import numbered lines; `progress` hears each line's length once it has been read."""
-    importer = _Importer(store)
+    """Import numbered lines; `progress` hears each line's length once it has been read. Media
+    bytes go to `objects` when given (MediaStorageError stops the import: the batch being
+    written is rolled back, those before it stay)."""
+    importer = _Importer(store, objects)
     for number, raw in lines:
         importer.feed(number, raw)
         if progress is not None:
@@ -446,10 +457,14 @@ def import_lines(
     return importer.report
 
 
-def import_documents(store: Store, documents: Iterable[tuple[int, dict[str, Any]]]) -> ImportReport:
+def import_documents(
+    store: Store,
+    documents: Iterable[tuple[int, dict[str, Any]]],
+    objects: MediaObjects | None = None,
+) -> ImportReport:
     """Import numbered session documents (decoded lines, or what a reader of another format
     built) through the same checks and writes as `import_lines`."""
-    importer = _Importer(store)
+    importer = _Importer(store, objects)
     for number, doc in documents:
         importer.feed_with(number, partial(parse_document, doc))
     importer.flush()

@@ -14,6 +14,7 @@ reclaiming do nothing.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -24,9 +25,12 @@ from sqlalchemy import Connection
 
 from shared.db import postgresql, sqlite
 from shared.db.engine import Store
+from shared.media_objects import MediaObjects, MediaStorageError
 from shared.sections import MaintenanceSettings
 from shared.store import media
 from shared.store.sessions import prune_batch
+
+log = logging.getLogger(__name__)
 
 # Runs first inside every write transaction (the sweep checks its lease there); raises to stop.
 Guard = Callable[[Connection], None]
@@ -101,6 +105,7 @@ def prune_in_batches(
     progress: Callable[[int, int], None] | None = None,
     fold: bool = False,
     deleted: list[str] | None = None,
+    objects: MediaObjects | None = None,
 ) -> tuple[int, int]:
     """Delete every prunable session, a short batch at a time: (sessions, messages) deleted.
     Their ids are added to `deleted` when it is given (a batch's once it has committed).
@@ -114,6 +119,7 @@ def prune_in_batches(
             if guard is not None:
                 guard(conn)
             batch: list[str] = []
+            dropped: list[str] = []
             gone, taken = prune_batch(
                 conn,
                 ended_before=ended_before,
@@ -121,13 +127,15 @@ def prune_in_batches(
                 limit=pacing.batch_sessions,
                 max_messages=pacing.batch_messages,
                 deleted=batch,
+                dropped=dropped,
             )
+        media.forget(store, objects, dropped)  # committed: the rows are gone, now their objects
         if deleted is not None:
             deleted.extend(batch)
         sessions += gone
         messages += taken
         if gone == 0 and taken == 0:
-            sweep_media(store, guard=guard, limit=pacing.batch_sessions)
+            sweep_media(store, guard=guard, limit=pacing.batch_sessions, objects=objects)
             return sessions, messages
         if progress is not None:
             progress(gone, taken)
@@ -143,19 +151,58 @@ def sweep_media(
     now: float | None = None,
     guard: Guard | None = None,
     limit: int = 500,
+    objects: MediaObjects | None = None,
 ) -> int:
     """Remove blobs no session references that are older than the grace period (uploads whose
-    turn never ran), a short batch at a time; how many went."""
+    turn never ran), a short batch at a time; how many went. Given the object store, their
+    objects go after each commit, then objects no row names (orphans: a delete that failed,
+    an upload whose row never committed) older than the grace period go too."""
     older_than = (time.time() if now is None else now) - media.UNREFERENCED_GRACE_SECONDS
     removed = 0
     while True:
+        dropped: list[str] = []
         with store.write() as conn:
             if guard is not None:
                 guard(conn)
-            gone = media.sweep_unreferenced(conn, older_than=older_than, limit=limit)
+            gone = media.sweep_unreferenced(
+                conn, older_than=older_than, limit=limit, dropped=dropped
+            )
+        media.forget(store, objects, dropped)
         removed += gone
         if gone < limit:
-            return removed
+            break
+    if objects is not None:
+        sweep_orphan_objects(store, objects, older_than=older_than, limit=limit)
+    return removed
+
+
+def sweep_orphan_objects(
+    store: Store, objects: MediaObjects, *, older_than: float, limit: int = 500
+) -> int:
+    """Delete the objects, written before `older_than`, that no blob row names; how many. An
+    unreachable store is logged and skipped: orphans wait for the next sweep."""
+    removed = 0
+    batch: list[str] = []
+
+    def flush() -> int:
+        with store.read() as conn:
+            held = media.held_of(conn, batch)
+        orphans = [sha for sha in batch if sha not in held]
+        failed = objects.delete(orphans)
+        batch.clear()
+        return len(orphans) - len(failed)
+
+    try:
+        for item in objects.listed():
+            if item.modified < older_than:
+                batch.append(item.sha256)
+            if len(batch) >= limit:
+                removed += flush()
+        if batch:
+            removed += flush()
+    except MediaStorageError as error:
+        log.warning("%s; orphan objects are left for the next sweep", error)
+    return removed
 
 
 @contextmanager

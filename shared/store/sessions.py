@@ -211,10 +211,11 @@ def link_parent(conn: Connection, child: str, parent: str) -> None:
     )
 
 
-def delete_session(conn: Connection, session_id: str) -> bool:
+def delete_session(conn: Connection, session_id: str, dropped: list[str] | None = None) -> bool:
     """Delete a session, its messages and the media only it held; its continuations keep
-    living, unparented."""
-    media.release(conn, [session_id])
+    living, unparented. Blobs whose objects must go after the commit are added to `dropped`
+    (media.forget)."""
+    media.release(conn, [session_id], dropped)
     result = conn.execute(delete(sessions).where(sessions.c.id == session_id))
     return result.rowcount > 0
 
@@ -335,10 +336,12 @@ def prunable(
     return [SessionRecord.from_row(r) for r in conn.execute(query.order_by(sessions.c.ended_at))]
 
 
-def delete_sessions(conn: Connection, session_ids: Sequence[str]) -> int:
+def delete_sessions(
+    conn: Connection, session_ids: Sequence[str], dropped: list[str] | None = None
+) -> int:
     if not session_ids:
         return 0
-    media.release(conn, session_ids)
+    media.release(conn, session_ids, dropped)
     result = conn.execute(delete(sessions).where(sessions.c.id.in_(list(session_ids))))
     return result.rowcount
 
@@ -422,6 +425,7 @@ def prune_batch(
     limit: int = 500,
     max_messages: int | None = None,
     deleted: list[str] | None = None,
+    dropped: list[str] | None = None,
 ) -> tuple[int, int]:
     """Delete up to `limit` of the oldest prunable sessions; (sessions, messages) deleted.
 
@@ -431,7 +435,7 @@ def prune_batch(
     one, returning (0, n). Call it inside one write transaction (BEGIN IMMEDIATE): the rows
     picked cannot change before they are deleted, and each batch re-reads the condition.
     Callers loop until it returns (0, 0). The ids of the sessions deleted are added to
-    `deleted` when it is given.
+    `deleted` when it is given; blobs whose objects must go after the commit to `dropped`.
     """
     where = _prunable_where(ended_before, source)
     picked = conn.execute(
@@ -451,7 +455,7 @@ def prune_batch(
         taken += int(row.message_count)
     if not chosen:
         return 0, 0
-    media.release(conn, chosen)
+    media.release(conn, chosen, dropped)
     result = conn.execute(delete(sessions).where(sessions.c.id.in_(chosen)))
     if deleted is not None:
         deleted.extend(chosen)

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from shared import media_objects
 from shared.db import Store
+from shared.media_objects import MediaObjects, MediaStorageError
 from shared.pipeline.inbox import TurnRow
 from shared.platforms import CLI
 from shared.settings import Settings
@@ -87,15 +89,19 @@ class LocalFileFetcher:
 class BlobFetcher:
     """Attachments already in the blob table (`blob:<sha256>`): the same on every host."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, objects: MediaObjects | None = None) -> None:
         self._store = store
+        self._objects = objects
 
     def fetch(self, attachment: Attachment, max_bytes: int) -> bytes:
         sha = blobs.parse_ref(attachment.url)
         if sha is None:
             raise FetchError("not a blob reference")
-        with self._store.read() as conn:
-            found = blobs.read(conn, sha)
+        try:
+            with self._store.read() as conn:
+                found = blobs.read(conn, sha, self._objects)
+        except MediaStorageError as exc:
+            raise FetchError(str(exc)) from exc
         if found is None:
             raise FetchError(f"{attachment.url} is not in the store (deleted?)")
         if found.size > max_bytes:
@@ -206,7 +212,9 @@ class MediaProcessor:
         store: Store,
     ) -> None:
         self._store = store
-        self._blobs = BlobFetcher(store)
+        # media.url: blobs' bytes in object storage (None: in the database).
+        self._objects = media_objects.from_settings(settings.media)
+        self._blobs = BlobFetcher(store, self._objects)
         self._fetchers = fetchers
         self._aux = auxiliary
         self._aux_vision = settings.auxiliary.vision
@@ -253,7 +261,7 @@ class MediaProcessor:
             return Item(name, kind, mime, f"[{kind}: {name} — could not be read: {exc}]")
         try:
             ref = self._keep(session_id, name, mime, data)
-        except blobs.MediaRefused as exc:
+        except (blobs.MediaRefused, MediaStorageError) as exc:
             return Item(name, kind, mime, f"[{kind}: {name} — not stored: {exc}]")
         item = self._item(name, kind, mime, data, session_id, index, vision, meter)
         item.ref = ref
@@ -270,7 +278,13 @@ class MediaProcessor:
         """The bytes in the blob table, referenced by the session; their `blob:<sha256>`."""
         with self._store.write() as conn:
             sha = blobs.put(
-                conn, data, mime, max_bytes=self._max_bytes, session_id=session_id, name=name
+                conn,
+                data,
+                mime,
+                max_bytes=self._max_bytes,
+                session_id=session_id,
+                name=name,
+                objects=self._objects,
             )
         return blobs.ref_of(sha)
 

@@ -95,6 +95,7 @@ def _run(rt: Runtime, lease: leases.Lease) -> PruneReport:
             guard=guard,
             fold=True,
             deleted=gone,
+            objects=rt.media_objects,
         )
         if sessions or messages:
             legacy_media.remove(rt.settings.media_dir, gone)  # this host's files of older versions
