@@ -513,6 +513,17 @@ def check_read_back(
     return problems
 
 
+def waits_after_kill(telegram: FakeTelegram, killed_at: float) -> list[float]:
+    """Per chat, seconds from the kill to the chat's first reply sent after it, longest first:
+    a chat whose delivery lane the killed host held waits for that lane's lease to expire."""
+    waits = []
+    for sends in _sends(telegram).values():
+        after = [float(p["_at"]) for _, p in sends if float(p["_at"]) > killed_at]
+        if after:
+            waits.append(min(after) - killed_at)
+    return sorted(waits, reverse=True)
+
+
 def check_attachments_everywhere(
     fleet: Fleet, transcripts: dict[str, list[tuple[str, str]]], photos: list[tuple[int, int]]
 ) -> list[str]:
@@ -731,13 +742,15 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
         ]
         turns = sum(map(len, expected.values()))
         repeated = repeated_after_sigkill(fleet.telegram, net.hosts["w1"].ip, w1_killed_at)
+        waits = waits_after_kill(fleet.telegram, w1_killed_at)
         print("\n".join(log))
         print(
             f"figures: {turns} turns over {len(expected)} chats ({len(photos)} with a photo); "
             f"faults: host w1 SIGKILLed, host w2 cut off {cut['seconds']:.1f} s, beat killed "
             f"(standby took over in {beat['seconds']:.1f} s); {len(stale_tags)} model answers "
             f"owed to w2 on sessions taken over, {len(landed)} landed; {len(repeated)} replies "
-            f"sent again after w1's SIGKILL {sorted(repeated)}; drained {drained:.1f} s "
+            f"sent again after w1's SIGKILL {sorted(repeated)}; longest waits from that kill to "
+            f"a chat's next reply {[round(w, 1) for w in waits[:5]]} s; drained {drained:.1f} s "
             f"after the first post; whole test {time.monotonic() - began:.1f} s"
         )
 
