@@ -13,14 +13,17 @@ took that session over, then brought back; the beat holding the fleet's lock is 
 Then: every turn once and in order in its transcript, answered right after it; every chat's
 replies sent once each, in order (save what EXCUSE_SENDS_REPEATED_AFTER_SIGKILL names);
 nothing w2 asked the model before the cut reached a session whose lease had moved (fencing);
-the standby beat holds the lock and its redrive woke a turn whose wake-up was lost; photos
-left a reference in the transcript (see `check_attachments_everywhere`).
+the standby beat holds the lock and its redrive woke a turn whose wake-up was lost; every
+photo's transcript names a blob whose bytes a process on every host reads back from the store
+(see `check_attachments_everywhere`).
 
 Where `ip netns` is not permitted the test skips saying so, except under CI=true: it fails.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import signal
@@ -68,9 +71,6 @@ LEASE = 3.0
 SLOW_MODEL = 15.0  # how long the model keeps the host about to be cut waiting
 FIRST_CHAT = 5_100_000
 LABEL = re.compile(r"c\d{3} t\d{2}")
-# Attachments are still saved where the worker that ran the turn lives; another branch moves
-# them into the database (issue 17, "nothing host-local"). Switch this on with it.
-ATTACHMENTS_IN_DATABASE = False
 # Delivery is at least once (DESIGN.md §2.4): a worker SIGKILLed after Telegram accepted a reply
 # but before it recorded the send leaves the row pending, and the worker that takes the lane
 # over (after its 60 s lease) sends it again; sendMessage has no idempotency key. Issue 17 asks
@@ -274,6 +274,11 @@ def _photo_id(chat: int, n: int) -> str:
     return f"AgACphoto{chat:03d}x{n:02d}"
 
 
+def _photo(chat: int, n: int) -> bytes:
+    """The bytes the fake Bot API serves for this turn's photo: each photo its own content."""
+    return b"\x89PNG\r\n\x1a\n" + label(chat, n).encode() + bytes(600)
+
+
 def _drive(url: str, chats: list[int], start: float, failures: list[str]) -> None:
     headers = {"X-Telegram-Bot-Api-Secret-Token": SECRET}
     with httpx.Client(timeout=30) as client:
@@ -447,24 +452,97 @@ def repeated_after_sigkill(
     return frozenset(found)
 
 
-def check_attachments_everywhere(
-    fleet: Fleet, transcripts: dict[str, list[tuple[str, str]]], photos: list[tuple[int, int]]
-) -> list[str]:
-    """Every photo turn's attachment readable from every host.
+BLOB_REF = re.compile(r"\bblob:([0-9a-f]{64})\b")
 
-    Until attachments live in the database (ATTACHMENTS_IN_DATABASE), this checks only that
-    each photo turn's transcript refers to the image (the worker fetched and described it);
-    the bytes themselves are not looked for anywhere. Switched on, it fails loudly until the
-    per-host read is written against the blob store's API."""
+# Run on a host (`ip netns exec`): opens the fleet's store as the product does (settings from
+# the host's environment) and reads every digest named in argv through shared.store.media;
+# prints one JSON object, digest -> [sha256 of the bytes read, size] (null when not stored).
+READ_BLOBS = """
+import hashlib, json, sys
+from shared.db import open_store
+from shared.settings import load_settings
+from shared.store import media
+store = open_store(load_settings().resolved_database_url)
+out = {}
+try:
+    with store.read() as conn:
+        for sha in sys.argv[1:]:
+            blob = media.read(conn, sha)
+            out[sha] = None if blob is None else [hashlib.sha256(blob.data).hexdigest(), blob.size]
+finally:
+    store.close()
+print(json.dumps(out))
+"""
+
+
+def photo_blobs(
+    transcripts: dict[str, list[tuple[str, str]]], photos: list[tuple[int, int]]
+) -> tuple[dict[tuple[int, int], str], list[str]]:
+    """(chat, turn) → the digest its transcript names; and a problem for each photo turn whose
+    transcript names no blob, or one whose digest is not that of the photo the Bot API served."""
+    found: dict[tuple[int, int], str] = {}
     problems = []
     for chat, n in photos:
         users = [c for r, c in transcripts.get(key_of(chat), []) if r == "user"]
         mine = [c for c in users if c.split("\n\n")[0] == label(chat, n)]
-        if not mine or "[image:" not in mine[0]:
-            problems.append(f"{label(chat, n)}: no image reference in {mine}")
-    if ATTACHMENTS_IN_DATABASE:
-        hosts = ", ".join(sorted(fleet.net.hosts))
-        problems.append(f"reading each attachment's blob from {hosts} is not written yet")
+        refs = BLOB_REF.findall(mine[0]) if mine else []
+        if len(refs) != 1:
+            problems.append(f"{label(chat, n)}: not one blob named in {mine}")
+            continue
+        if refs[0] != hashlib.sha256(_photo(chat, n)).hexdigest():
+            problems.append(f"{label(chat, n)}: blob {refs[0]} is not the photo served")
+            continue
+        found[(chat, n)] = refs[0]
+    return found, problems
+
+
+def check_read_back(
+    host: str, wanted: dict[tuple[int, int], str], answer: dict[str, Any] | None
+) -> list[str]:
+    """What one host read (READ_BLOBS' output) against the photos: each blob there, its bytes
+    hashing to its name, as long as the photo."""
+    if answer is None:
+        return [f"{host}: the reader printed nothing"]
+    problems = []
+    for (chat, n), sha in sorted(wanted.items()):
+        got = answer.get(sha)
+        if got is None:
+            problems.append(f"{host}: {label(chat, n)}'s blob {sha[:12]} not readable")
+        elif got != [sha, len(_photo(chat, n))]:
+            problems.append(f"{host}: {label(chat, n)}'s blob {sha[:12]} read back as {got}")
+    return problems
+
+
+def waits_after_kill(telegram: FakeTelegram, killed_at: float) -> list[float]:
+    """Per chat, seconds from the kill to the chat's first reply sent after it, longest first:
+    a chat whose delivery lane the killed host held waits for that lane's lease to expire."""
+    waits = []
+    for sends in _sends(telegram).values():
+        after = [float(p["_at"]) for _, p in sends if float(p["_at"]) > killed_at]
+        if after:
+            waits.append(min(after) - killed_at)
+    return sorted(waits, reverse=True)
+
+
+def check_attachments_everywhere(
+    fleet: Fleet, transcripts: dict[str, list[tuple[str, str]]], photos: list[tuple[int, int]]
+) -> list[str]:
+    """Every photo turn's attachment readable from every host: its transcript names a blob of
+    the served photo's digest, and one process per host reads all of them from the store."""
+    wanted, problems = photo_blobs(transcripts, photos)
+    shas = sorted(set(wanted.values()))
+    readers = {}
+    for role, host in fleet.net.hosts.items():
+        argv = host.argv(sys.executable, "-c", READ_BLOBS, *shas)
+        readers[role] = subprocess.Popen(
+            argv, env=fleet.env(role), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+        )
+    for role, proc in readers.items():
+        out, err = proc.communicate(timeout=60)
+        if proc.returncode != 0:
+            problems.append(f"{role}: the reader failed ({proc.returncode}): {err.decode()[-800:]}")
+            continue
+        problems += check_read_back(role, wanted, json.loads(out) if out.strip() else None)
     return problems
 
 
@@ -604,7 +682,7 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
         for chat in range(CHATS):
             for n in range(TURNS):
                 if _has_photo(chat, n):
-                    fleet.telegram.files[_photo_id(chat, n)] = b"\x89PNG\r\n\x1a\n" + bytes(600)
+                    fleet.telegram.files[_photo_id(chat, n)] = _photo(chat, n)
         for role in ("w1", "w2", "w3"):
             fleet.start_worker(role)
         recv = net.hosts["recv"]
@@ -664,13 +742,15 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
         ]
         turns = sum(map(len, expected.values()))
         repeated = repeated_after_sigkill(fleet.telegram, net.hosts["w1"].ip, w1_killed_at)
+        waits = waits_after_kill(fleet.telegram, w1_killed_at)
         print("\n".join(log))
         print(
             f"figures: {turns} turns over {len(expected)} chats ({len(photos)} with a photo); "
             f"faults: host w1 SIGKILLed, host w2 cut off {cut['seconds']:.1f} s, beat killed "
             f"(standby took over in {beat['seconds']:.1f} s); {len(stale_tags)} model answers "
             f"owed to w2 on sessions taken over, {len(landed)} landed; {len(repeated)} replies "
-            f"sent again after w1's SIGKILL {sorted(repeated)}; drained {drained:.1f} s "
+            f"sent again after w1's SIGKILL {sorted(repeated)}; longest waits from that kill to "
+            f"a chat's next reply {[round(w, 1) for w in waits[:5]]} s; drained {drained:.1f} s "
             f"after the first post; whole test {time.monotonic() - began:.1f} s"
         )
 
@@ -689,7 +769,12 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
         # turn whose wake-up was lost (checked above: c999 t00 answered once).
         assert _beat_holding(fleet) == beat["standby"]
         assert broker.get(LOCK_PREFIX + fleet_id(store)) == beat["token"]
+        reading = time.monotonic()
         problems = check_attachments_everywhere(fleet, transcripts, photos)
+        print(
+            f"attachments: {len(photos)} photo blobs read back on {len(net.hosts)} hosts "
+            f"({', '.join(net.hosts)}) in {time.monotonic() - reading:.1f} s"
+        )
         assert not problems, problems[:10]
     finally:
         store.close()
@@ -739,3 +824,23 @@ def test_fleet_netns_checks_catch_a_duplicate_a_reorder_and_a_double_send() -> N
     assert excused == {(key_of(1), label(1, 1))}
     assert check_sends(telegram, want, excused) == []
     assert repeated_after_sigkill(telegram, "w1", killed_at=8.0) == frozenset()
+
+
+def test_fleet_netns_attachment_checks_catch_a_missing_wrong_or_unreadable_blob() -> None:
+    """The attachment checks can fail: a photo turn naming no blob, one naming other bytes, and
+    a host that cannot read a blob or reads other bytes are each reported (no namespaces)."""
+    good = hashlib.sha256(_photo(0, 0)).hexdigest()
+    other = hashlib.sha256(b"other").hexdigest()
+
+    def said(ref: str) -> dict[str, list[tuple[str, str]]]:
+        note = f"{label(0, 0)}\n\n[image: photo.jpg] ({ref}, image/jpeg)"
+        return {key_of(0): [("user", note), ("assistant", "echo")]}
+
+    wanted, problems = photo_blobs(said(f"blob:{good}"), [(0, 0)])
+    assert (wanted, problems) == ({(0, 0): good}, [])
+    assert len(photo_blobs(said("no reference"), [(0, 0)])[1]) == 1
+    assert len(photo_blobs(said(f"blob:{other}"), [(0, 0)])[1]) == 1
+    size = len(_photo(0, 0))
+    assert check_read_back("w1", wanted, {good: [good, size]}) == []
+    for bad in ({good: None}, {}, {good: [other, size]}, {good: [good, size - 1]}, None):
+        assert len(check_read_back("w1", wanted, bad)) == 1
