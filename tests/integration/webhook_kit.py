@@ -27,6 +27,8 @@ def webhook_settings(hermes_env: dict[str, str]) -> Settings:
             **hermes_env,
             "HERMES_PLATFORMS__TELEGRAM__TOKEN": TG_TOKEN,
             "HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET": TG_SECRET,
+            # the bot's name is known, so no group message needs getMe (no Bot API here)
+            "HERMES_PLATFORMS__TELEGRAM__USERNAME": "hermes_bot",
             "HERMES_PLATFORMS__SLACK__TOKEN": "xoxb-1111-2222-bottoken",
             "HERMES_PLATFORMS__SLACK__SIGNING_SECRET": SLACK_SECRET,
         }
