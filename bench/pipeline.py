@@ -15,6 +15,9 @@ BrokerWaker. Timestamps all come from time.time() on this one machine:
   task, the send time it carries → the time it starts (it RPUSHes both to a Redis list).
 - a turn is *done* when its inbox row is finished; *delivered* when its outbox reply is sent.
   Throughput is counted to done (turns/s) and reported to delivered as well.
+- streaming: time to first token on the terminal (its subscription to the turn's live channel)
+  with a fake model streaming chunks 10 ms apart, beside the model's own first token
+  (bench/streaming.py, which runs it alone with more options).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from bench.pipeline_embedded import embedded_phase  # noqa: E402
 from bench.pipeline_slow import slow_phase  # noqa: E402
 from bench.pipeline_stack import Pool, Sizes  # noqa: E402
 from bench.pipeline_throughput import best_of, throughput_phase, throughput_pools  # noqa: E402
+from bench.streaming import streaming_phase  # noqa: E402
 from shared.settings import load_settings  # noqa: E402
 
 FULL = Sizes(
@@ -81,8 +85,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--turns", type=int, help="zero-latency turns per session")
     parser.add_argument(
         "--phases",
-        default="throughput,slow,embedded",
-        help="comma list of throughput, slow, embedded",
+        default="throughput,slow,embedded,streaming",
+        help="comma list of throughput, slow, embedded, streaming",
+    )
+    parser.add_argument(
+        "--stream-turns", type=int, help="streaming phase: turns (default 200, 20 with --quick)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     parser.add_argument(
@@ -137,6 +144,9 @@ def run(args: argparse.Namespace, work: Path, children: Children) -> dict[str, A
         )
     if "embedded" in phases:
         out["embedded"] = embedded_phase(children, work, pool, sizes.hops, args.database_url)
+    if "streaming" in phases:  # time to first token on the terminal, beside the model's own
+        turns = args.stream_turns or (20 if args.quick else 200)
+        out["streaming"] = streaming_phase(children, work, turns, 10.0, 0.0)
     out["targets"] = _targets(out)
     return out
 

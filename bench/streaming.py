@@ -95,23 +95,17 @@ def measure(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="20 turns (well within a minute)")
-    parser.add_argument("--turns", type=int, default=200)
-    parser.add_argument("--chunk-ms", type=float, default=10.0)
-    parser.add_argument("--model-first-ms", type=float, default=0.0, help="model's own TTFT")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.turns = min(args.turns, 20)
-    work = Path(tempfile.mkdtemp(prefix="hermes-bench-stream-"))
-    children = Children(work)
+def streaming_phase(
+    children: Children, work: Path, turns: int, chunk_ms: float, model_first_ms: float
+) -> dict[str, Any]:
+    """`turns` streamed turns, one at a time, through one real worker on a private Redis
+    (also bench/pipeline.py's `streaming` phase)."""
     fake = FakeOpenAI()
     fake.start()
     stack: Stack | None = None
     try:
         broker = start_redis(children, work)
-        home = work / "home"
+        home = work / "stream-home"
         home.mkdir()
         env = worker_env(home, broker, 0)
         env.update(
@@ -125,7 +119,30 @@ def main(argv: list[str] | None = None) -> int:
         stack = Stack(children, home, env, Pool(processes=1, concurrency=4, kind="threads"))
         log("starting a worker")
         stack.start_workers()
-        log(f"{args.turns} streamed turns, one at a time")
+        log(f"{turns} streamed turns, one at a time")
+        return {
+            "chunk_ms": chunk_ms,
+            "model_first_ms_set": model_first_ms,
+            **measure(stack, fake, turns, chunk_ms / 1000, model_first_ms / 1000),
+        }
+    finally:
+        if stack is not None:
+            stack.close()
+        fake.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="20 turns (well within a minute)")
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--chunk-ms", type=float, default=10.0)
+    parser.add_argument("--model-first-ms", type=float, default=0.0, help="model's own TTFT")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.turns = min(args.turns, 20)
+    work = Path(tempfile.mkdtemp(prefix="hermes-bench-stream-"))
+    children = Children(work)
+    try:
         out = {
             "bench": "streaming",
             "machine": {
@@ -133,15 +150,10 @@ def main(argv: list[str] | None = None) -> int:
                 "python": platform.python_version(),
                 "load": os.getloadavg(),
             },
-            "chunk_ms": args.chunk_ms,
-            "model_first_ms_set": args.model_first_ms,
-            **measure(stack, fake, args.turns, args.chunk_ms / 1000, args.model_first_ms / 1000),
+            **streaming_phase(children, work, args.turns, args.chunk_ms, args.model_first_ms),
         }
     finally:
-        if stack is not None:
-            stack.close()
         children.close()
-        fake.stop()
         if os.environ.get("BENCH_KEEP") is None:
             shutil.rmtree(work, ignore_errors=True)
         else:
