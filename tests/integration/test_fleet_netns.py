@@ -22,7 +22,6 @@ Where `ip netns` is not permitted the test skips saying so, except under CI=true
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -53,7 +52,20 @@ from shared.turns import InboundTurn
 from tests import netns_kit
 from tests.fakes.openai_server import FakeOpenAI, Step, _last_user
 from tests.fakes.server import Served
-from tests.fakes.telegram_api import Call, FakeTelegram
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fleet_checks import (
+    READ_BLOBS,
+    chat_id,
+    check_read_back,
+    check_sends,
+    check_transcripts,
+    key_of,
+    label,
+    photo,
+    photo_blobs,
+    repeated_after_sigkill,
+    waits_after_kill,
+)
 from workers.beat_lock import LOCK_PREFIX
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -69,7 +81,6 @@ ROUND_SECONDS = 6.0  # every chat sends its next turn once per round
 PHOTO_EVERY = 19  # about one turn in 19 carries a photo
 LEASE = 3.0
 SLOW_MODEL = 15.0  # how long the model keeps the host about to be cut waiting
-FIRST_CHAT = 5_100_000
 LABEL = re.compile(r"c\d{3} t\d{2}")
 # Delivery is at least once (DESIGN.md §2.4): a worker SIGKILLed after Telegram accepted a reply
 # but before it recorded the send leaves the row pending, and the worker that takes the lane
@@ -78,19 +89,6 @@ LABEL = re.compile(r"c\d{3} t\d{2}")
 # came from the killed host before its kill is counted and printed, not failed; set this False
 # to fail on it. Any other duplicate fails either way.
 EXCUSE_SENDS_REPEATED_AFTER_SIGKILL = True
-
-
-def label(chat: int, n: int) -> str:
-    return f"c{chat:03d} t{n:02d}"
-
-
-def chat_id(chat: int) -> int:
-    return FIRST_CHAT + chat
-
-
-def key_of(chat: int | str) -> str:
-    number = chat_id(chat) if isinstance(chat, int) else chat
-    return f"agent:main:telegram:dm:{number}"
 
 
 # --- the fake model: an echo tagged per request, slow on demand for one host's model name ---
@@ -274,11 +272,6 @@ def _photo_id(chat: int, n: int) -> str:
     return f"AgACphoto{chat:03d}x{n:02d}"
 
 
-def _photo(chat: int, n: int) -> bytes:
-    """The bytes the fake Bot API serves for this turn's photo: each photo its own content."""
-    return b"\x89PNG\r\n\x1a\n" + label(chat, n).encode() + bytes(600)
-
-
 def _drive(url: str, chats: list[int], start: float, failures: list[str]) -> None:
     headers = {"X-Telegram-Bot-Api-Secret-Token": SECRET}
     with httpx.Client(timeout=30) as client:
@@ -378,150 +371,6 @@ def _statuses(store: Store) -> dict[str, int]:
 
 
 # --- the checks ---
-
-
-def check_transcripts(
-    transcripts: dict[str, list[tuple[str, str]]], expected: dict[str, list[str]]
-) -> list[str]:
-    """Every turn once, in order, each followed at once by the reply that echoes it."""
-    problems = []
-    for key, want in expected.items():
-        rows = transcripts.get(key, [])
-        users = [content.split("\n\n")[0] for role, content in rows if role == "user"]
-        if users != want:
-            problems.append(f"{key}: user turns {users} != {want}")
-            continue
-        pairs = list(zip(rows[::2], rows[1::2], strict=False))
-        if len(rows) != 2 * len(want) or any(
-            u[0] != "user" or a[0] != "assistant" or f"echo: {u[1].split(chr(10))[0]}" not in a[1]
-            for u, a in pairs
-        ):
-            problems.append(f"{key}: not user/reply pairs: {[r[0] for r in rows]}")
-    return problems
-
-
-def _sends(telegram: FakeTelegram) -> dict[str, list[tuple[str, dict[str, Any]]]]:
-    """Chat key → (turn label, sendMessage params) of every reply the Bot API accepted."""
-    by_chat: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    for sent in telegram.sent():
-        found = re.search(r"echo: (c\d{3} t\d{2})", str(sent.get("text", "")))
-        by_chat[key_of(str(sent["chat_id"]))].append((found.group(1) if found else "?", sent))
-    return by_chat
-
-
-def check_sends(
-    telegram: FakeTelegram,
-    expected: dict[str, list[str]],
-    excused: frozenset[tuple[str, str]] = frozenset(),
-) -> list[str]:
-    """Every chat answered: each turn's reply sent once, in the chat's order. A (key, label) in
-    `excused` may have one later copy (see EXCUSE_SENDS_REPEATED_AFTER_SIGKILL)."""
-    problems = []
-    by_chat: dict[str, list[str]] = defaultdict(list)
-    for key, sends in _sends(telegram).items():
-        seen: set[str] = set()
-        for found, _ in sends:
-            if found in seen and (key, found) in excused:
-                continue
-            seen.add(found)
-            by_chat[key].append(found)
-    for key, want in expected.items():
-        if by_chat.get(key, []) != want:
-            problems.append(f"{key}: replies sent {by_chat.get(key)} != {want}")
-    extra = set(by_chat) - set(expected)
-    if extra:
-        problems.append(f"replies to chats nobody wrote from: {sorted(extra)}")
-    return problems
-
-
-def repeated_after_sigkill(
-    telegram: FakeTelegram, host_ip: str, killed_at: float
-) -> frozenset[tuple[str, str]]:
-    """(key, label) of replies sent twice whose first copy the killed host sent before its kill:
-    the window between Telegram accepting a reply and the worker recording that it did."""
-    found = set()
-    for key, sends in _sends(telegram).items():
-        first: dict[str, dict[str, Any]] = {}
-        for name, params in sends:
-            if name not in first:
-                first[name] = params
-                continue
-            original = first[name]
-            if original.get("_from") == host_ip and float(original["_at"]) <= killed_at:
-                found.add((key, name))
-    return frozenset(found)
-
-
-BLOB_REF = re.compile(r"\bblob:([0-9a-f]{64})\b")
-
-# Run on a host (`ip netns exec`): opens the fleet's store as the product does (settings from
-# the host's environment) and reads every digest named in argv through shared.store.media;
-# prints one JSON object, digest -> [sha256 of the bytes read, size] (null when not stored).
-READ_BLOBS = """
-import hashlib, json, sys
-from shared.db import open_store
-from shared.settings import load_settings
-from shared.store import media
-store = open_store(load_settings().resolved_database_url)
-out = {}
-try:
-    with store.read() as conn:
-        for sha in sys.argv[1:]:
-            blob = media.read(conn, sha)
-            out[sha] = None if blob is None else [hashlib.sha256(blob.data).hexdigest(), blob.size]
-finally:
-    store.close()
-print(json.dumps(out))
-"""
-
-
-def photo_blobs(
-    transcripts: dict[str, list[tuple[str, str]]], photos: list[tuple[int, int]]
-) -> tuple[dict[tuple[int, int], str], list[str]]:
-    """(chat, turn) → the digest its transcript names; and a problem for each photo turn whose
-    transcript names no blob, or one whose digest is not that of the photo the Bot API served."""
-    found: dict[tuple[int, int], str] = {}
-    problems = []
-    for chat, n in photos:
-        users = [c for r, c in transcripts.get(key_of(chat), []) if r == "user"]
-        mine = [c for c in users if c.split("\n\n")[0] == label(chat, n)]
-        refs = BLOB_REF.findall(mine[0]) if mine else []
-        if len(refs) != 1:
-            problems.append(f"{label(chat, n)}: not one blob named in {mine}")
-            continue
-        if refs[0] != hashlib.sha256(_photo(chat, n)).hexdigest():
-            problems.append(f"{label(chat, n)}: blob {refs[0]} is not the photo served")
-            continue
-        found[(chat, n)] = refs[0]
-    return found, problems
-
-
-def check_read_back(
-    host: str, wanted: dict[tuple[int, int], str], answer: dict[str, Any] | None
-) -> list[str]:
-    """What one host read (READ_BLOBS' output) against the photos: each blob there, its bytes
-    hashing to its name, as long as the photo."""
-    if answer is None:
-        return [f"{host}: the reader printed nothing"]
-    problems = []
-    for (chat, n), sha in sorted(wanted.items()):
-        got = answer.get(sha)
-        if got is None:
-            problems.append(f"{host}: {label(chat, n)}'s blob {sha[:12]} not readable")
-        elif got != [sha, len(_photo(chat, n))]:
-            problems.append(f"{host}: {label(chat, n)}'s blob {sha[:12]} read back as {got}")
-    return problems
-
-
-def waits_after_kill(telegram: FakeTelegram, killed_at: float) -> list[float]:
-    """Per chat, seconds from the kill to the chat's first reply sent after it, longest first:
-    a chat whose delivery lane the killed host held waits for that lane's lease to expire."""
-    waits = []
-    for sends in _sends(telegram).values():
-        after = [float(p["_at"]) for _, p in sends if float(p["_at"]) > killed_at]
-        if after:
-            waits.append(min(after) - killed_at)
-    return sorted(waits, reverse=True)
 
 
 def check_attachments_everywhere(
@@ -682,7 +531,7 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
         for chat in range(CHATS):
             for n in range(TURNS):
                 if _has_photo(chat, n):
-                    fleet.telegram.files[_photo_id(chat, n)] = _photo(chat, n)
+                    fleet.telegram.files[_photo_id(chat, n)] = photo(chat, n)
         for role in ("w1", "w2", "w3"):
             fleet.start_worker(role)
         recv = net.hosts["recv"]
@@ -793,54 +642,3 @@ def _wait_healthy(fleet: Fleet, url: str) -> None:
             pass
         time.sleep(0.2)
     raise AssertionError(f"the receiver never answered {url}:\n{fleet.logs()}")
-
-
-def test_fleet_netns_checks_catch_a_duplicate_a_reorder_and_a_double_send() -> None:
-    """The checks above can fail: fed a transcript with a turn twice, one out of order and a
-    reply sent twice, each says so (no namespaces needed)."""
-    want = {key_of(0): [label(0, 0), label(0, 1)], key_of(1): [label(1, 0), label(1, 1)]}
-
-    def pair(chat: int, n: int) -> list[tuple[str, str]]:
-        return [("user", label(chat, n)), ("assistant", f"echo: {label(chat, n)} [m1]")]
-
-    good = {key_of(0): pair(0, 0) + pair(0, 1), key_of(1): pair(1, 0) + pair(1, 1)}
-    assert check_transcripts(good, want) == []
-    twice = {**good, key_of(0): pair(0, 0) + pair(0, 0) + pair(0, 1)}
-    reordered = {**good, key_of(1): pair(1, 1) + pair(1, 0)}
-    unanswered = {**good, key_of(1): [*pair(1, 0), ("user", label(1, 1))]}
-    for bad in (twice, reordered, unanswered):
-        assert len(check_transcripts(bad, want)) == 1
-
-    telegram = FakeTelegram(TOKEN)  # not served: only its record of sends is read
-    sends = [(0, 0, "w3", 5.0), (0, 1, "w3", 6.0), (1, 0, "w3", 5.0), (1, 1, "w1", 9.0)]
-    for chat, n, host, at in [*sends, (1, 1, "w2", 70.0)]:
-        params = {"chat_id": chat_id(chat), "text": f"echo: {label(chat, n)} [m9]", "_ok": True}
-        telegram.calls.append(Call("sendMessage", {**params, "_from": host, "_at": at}, at))
-    sent_twice = [label(1, 0), label(1, 1), label(1, 1)]
-    problem = f"{key_of(1)}: replies sent {sent_twice} != {want[key_of(1)]}"
-    assert check_sends(telegram, want) == [problem]
-    # The first copy came from w1 before it was killed at 10.0: the SIGKILL window.
-    excused = repeated_after_sigkill(telegram, "w1", killed_at=10.0)
-    assert excused == {(key_of(1), label(1, 1))}
-    assert check_sends(telegram, want, excused) == []
-    assert repeated_after_sigkill(telegram, "w1", killed_at=8.0) == frozenset()
-
-
-def test_fleet_netns_attachment_checks_catch_a_missing_wrong_or_unreadable_blob() -> None:
-    """The attachment checks can fail: a photo turn naming no blob, one naming other bytes, and
-    a host that cannot read a blob or reads other bytes are each reported (no namespaces)."""
-    good = hashlib.sha256(_photo(0, 0)).hexdigest()
-    other = hashlib.sha256(b"other").hexdigest()
-
-    def said(ref: str) -> dict[str, list[tuple[str, str]]]:
-        note = f"{label(0, 0)}\n\n[image: photo.jpg] ({ref}, image/jpeg)"
-        return {key_of(0): [("user", note), ("assistant", "echo")]}
-
-    wanted, problems = photo_blobs(said(f"blob:{good}"), [(0, 0)])
-    assert (wanted, problems) == ({(0, 0): good}, [])
-    assert len(photo_blobs(said("no reference"), [(0, 0)])[1]) == 1
-    assert len(photo_blobs(said(f"blob:{other}"), [(0, 0)])[1]) == 1
-    size = len(_photo(0, 0))
-    assert check_read_back("w1", wanted, {good: [good, size]}) == []
-    for bad in ({good: None}, {}, {good: [other, size]}, {good: [good, size - 1]}, None):
-        assert len(check_read_back("w1", wanted, bad)) == 1
