@@ -114,3 +114,29 @@ def test_a_word_query_probes_the_word_index_not_the_primary_key(store: Store, lo
         )
     assert "ix_messages_search_words" in plan and "messages_pkey" not in plan, plan
     assert ids(call(store, query="quokka")) == ["old"]
+
+
+@pytest.mark.parametrize("sort", ["relevance", "newest", "oldest"])
+def test_a_word_the_planner_knows_as_common_is_found_without_the_probe(
+    store: Store, log: Log, monkeypatch: pytest.MonkeyPatch, sort: str
+) -> None:
+    """A common word skips the probe (its bitmap would list most of the table) and walks the
+    matches in id order; what it finds is what the probed path finds."""
+    if store.dialect != "postgresql":
+        pytest.skip("the PostgreSQL word index")
+    from shared.search.postgresql import backend
+
+    for n in range(6):
+        log.session(f"s{n}", [f"walrus note {i} of {n}" for i in range(12)])
+    log.session("other", ["nothing to see"])
+    with store.write() as conn:
+        conn.exec_driver_sql("ANALYZE messages")
+    with store.read() as conn:
+        estimate = backend._estimated_rows(conn.connection.driver_connection, "'walrus'")
+    assert estimate > 10, estimate
+
+    probed = call(store, query="walrus", sort=sort, limit=5)
+    monkeypatch.setattr(backend, "COMMON", 10)
+    walked = call(store, query="walrus", sort=sort, limit=5)
+    assert len(ids(walked)) == 5
+    assert walked == probed

@@ -56,6 +56,13 @@ SCAN_CHUNK = 500
 RANK_NORMALIZATION = 1  # ts_rank divided by 1 + log(length): shorter messages first, like bm25
 FEW = 1000  # a word query with at most this many matches reads them all from the word index
 PROBE_SQL = f"SELECT m.id FROM messages AS m WHERE m.search_words @@ %s::tsquery LIMIT {FEW + 1}"
+# Above this many matches by the planner's estimate the probe is skipped: such a word is in the
+# column's most-common-elements statistics, so the estimate is measured, not guessed, and the
+# id-order walk finds a batch at once, while the probe would build the word's whole bitmap.
+COMMON = 20 * FEW
+ESTIMATE_SQL = (
+    "EXPLAIN (FORMAT JSON) SELECT 1 FROM messages AS m WHERE m.search_words @@ %s::tsquery"
+)
 
 DB = psycopg.Connection[Any]
 
@@ -100,7 +107,10 @@ def _few(db: DB, tsquery: str) -> list[int] | None:
     Read through the word index only (bitmap scan, no id order): with `ORDER BY id LIMIT n`
     the planner walks the primary key and filters whenever it expects many matches, and for a
     word it misjudges as common that walk reads most of the table (seconds at 1.5M messages).
-    A common word's bitmap stops after FEW+1 rows, so the probe stays cheap either way."""
+    A word the planner knows to be common (estimate over COMMON) is not probed: its bitmap
+    would list most of the table before the first FEW+1 rows come back."""
+    if _estimated_rows(db, tsquery) > COMMON:
+        return None
     saved = db.execute(
         "SELECT current_setting('enable_seqscan'), current_setting('enable_indexscan')"
     ).fetchone()
@@ -121,6 +131,13 @@ def _few(db: DB, tsquery: str) -> list[int] | None:
             [saved[0], saved[1]],
         )
     return None if len(rows) > FEW else [int(row[0]) for row in rows]
+
+
+def _estimated_rows(db: DB, tsquery: str) -> float:
+    """The planner's estimate of the messages matching `tsquery` (planning only, no scan)."""
+    row = db.execute(ESTIMATE_SQL, [tsquery]).fetchone()
+    assert row is not None
+    return float(row[0][0]["Plan"]["Plan Rows"])
 
 
 def _within(ids: list[int] | None, params: list[object]) -> str:
