@@ -11,6 +11,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    SmallInteger,
     Table,
     Text,
     text,
@@ -383,6 +384,8 @@ usage_daily = Table(
     Column("platform", Text, primary_key=True),
     Column("model", Text, primary_key=True),
     Column("kind", Text, primary_key=True),
+    # Which of shared.store.usage.SHARDS rows of this key a call adds to (migration 0019).
+    Column("shard", SmallInteger, primary_key=True, server_default=text("0")),
     *_sums(),
     Column("latency_ms", Float, nullable=False, server_default=text("0")),
     # The latency histogram (shared.usage.latency_bucket) and the calls per UTC hour of day.
@@ -411,6 +414,7 @@ usage_tools = Table(
     Column("platform", Text, primary_key=True),
     Column("model", Text, primary_key=True),
     Column("tool", Text, primary_key=True),
+    Column("shard", SmallInteger, primary_key=True, server_default=text("0")),
     Column("calls", BigInteger, nullable=False, server_default=text("0")),
     Column("failures", BigInteger, nullable=False, server_default=text("0")),
 )

@@ -7,12 +7,15 @@ the same at any volume; the ledger keeps each call as the endpoint reported it.
 
 Session ids are plain text: pruning sessions keeps their spending. Rollup rows are upserted
 in one order (table, then key), so concurrent writers on PostgreSQL queue instead of
-deadlocking.
+deadlocking. The fleet-wide rollups (per day and per tool) are split into SHARDS rows per key,
+chosen by session: a rollup row stays locked until its turn commits, and with one row per key
+every worker of a fleet queued on it (reports sum the shards).
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -33,6 +36,8 @@ from shared.db.schema import (
 )
 from shared.pricing import Pricing
 from shared.usage import ModelCall, day_of, hour_of_day, latency_bucket
+
+SHARDS = 16  # rows per fleet-wide rollup key: turns of different sessions rarely share one
 
 SUM_COLUMNS = (
     "calls",
@@ -150,13 +155,22 @@ class _Upsert:
 
 _DAILY = _Upsert(
     usage_daily,
-    ("day", "platform", "model", "kind"),
+    ("day", "platform", "model", "kind", "shard"),
     (*SUM_COLUMNS, "latency_ms", *LATENCY_COLUMNS, *HOUR_COLUMNS),
 )
 _SESSIONS = _Upsert(
     usage_sessions, ("day", "session_id", "platform", "model"), SUM_COLUMNS, ("cron_job",)
 )
-_TOOLS = _Upsert(usage_tools, ("day", "platform", "model", "tool"), ("calls", "failures"))
+_TOOLS = _Upsert(usage_tools, ("day", "platform", "model", "tool", "shard"), ("calls", "failures"))
+
+
+def shard_of(where: Where) -> int:
+    """The rollup shard of these calls: by session (a session's turns run one at a time), else
+    by cron job; calls of neither share shard 0."""
+    owner = where.session_id or where.cron_job
+    return zlib.crc32(owner.encode()) % SHARDS if owner else 0
+
+
 _LEDGER_COLUMNS = (
     "at",
     "session_id",
@@ -198,14 +212,14 @@ def record(conn: Connection, calls: Sequence[ModelCall], where: Where, pricing: 
             counts = tools[(day, call.model, use.name)]
             counts[0] += 1
             counts[1] += int(use.failed)
-    platform = where.platform
+    platform, shard = where.platform, shard_of(where)
     for (day, model, kind), group in sorted(daily.items()):
-        key = {"day": day, "platform": platform, "model": model, "kind": kind}
+        key = {"day": day, "platform": platform, "model": model, "kind": kind, "shard": shard}
         _DAILY.run(conn, {**key, **_daily(group)})
     if where.session_id is not None:
         for (day, model), group in sorted(per_session.items()):
             key = {"day": day, "session_id": where.session_id, "platform": platform, "model": model}
             _SESSIONS.run(conn, {**key, **_sums(group), "cron_job": where.cron_job})
     for (day, model, tool), (count, failed) in sorted(tools.items()):
-        key = {"day": day, "platform": platform, "model": model, "tool": tool}
+        key = {"day": day, "platform": platform, "model": model, "tool": tool, "shard": shard}
         _TOOLS.run(conn, {**key, "calls": count, "failures": failed})

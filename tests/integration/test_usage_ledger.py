@@ -8,6 +8,7 @@ titles and the offline model leave rows too, and pruning sessions keeps what the
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from sqlalchemy import select
 
 from producers.intake import accept
 from shared.db import Store
-from shared.db.schema import usage_ledger, usage_sessions
+from shared.db.schema import usage_daily, usage_ledger, usage_sessions
 from shared.pipeline.inbox import get_turn
 from shared.pricing import Pricing
 from shared.settings import Settings, load_settings
@@ -207,3 +208,70 @@ def test_records_add_to_the_rollups_and_the_report_sums_them(store: Store) -> No
     assert total.cost == pytest.approx(cost)
     assert total.unpriced_calls == 2 and total.estimated_calls == 2
     assert sum(report.daily_calls) == 6 and report.daily_calls[-2:] == [2, 4]
+
+
+def _sessions_in_two_shards() -> tuple[str, str]:
+    first = "shard-a"
+    other = next(
+        f"shard-b{n}"
+        for n in range(100)
+        if usage.shard_of(usage.Where("slack", f"shard-b{n}"))
+        != usage.shard_of(usage.Where("slack", first))
+    )
+    return first, other
+
+
+def test_calls_spread_over_shards_sum_to_the_same_report(store: Store) -> None:
+    """Sessions' calls land in different rows of one day × platform × model key (and cron jobs
+    and sessionless calls in theirs); every report sums them as one."""
+    now = time.time()
+    first, other = _sessions_in_two_shards()
+    for where in (
+        usage.Where("slack", first),
+        usage.Where("slack", other),
+        usage.Where("slack", cron_job="nightly"),
+        usage.Where("slack"),
+    ):
+        with store.write() as conn:
+            usage.record(conn, _calls(now), where, Pricing())
+    with store.read() as conn:
+        report = insights.report(conn, insights.Window(day_of(now) - 6, day_of(now)))
+        rows = conn.execute(select(usage_daily.c.shard).distinct()).scalars().all()
+    assert len(rows) >= 2
+    total = report.total.usage
+    assert (total.calls, total.input_tokens, total.output_tokens) == (12, 6_240, 1_032)
+    assert sum(report.daily_calls) == 12
+    names = [g.name for g in report.by_model]
+    assert len(names) == len(set(names)) and sum(g.usage.calls for g in report.by_model) == 12
+    assert sum(g.usage.calls for g in report.by_kind) == 12
+
+
+def test_two_sessions_usage_writes_do_not_wait_for_each_other(store: Store) -> None:
+    """On PostgreSQL a rollup row stays locked until its turn commits: a second session's turn
+    must not queue behind a first one still open (one row per key made every worker of a
+    fleet wait on it)."""
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite has one writer at a time by design")
+    now = time.time()
+    first, other = _sessions_in_two_shards()
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_first() -> None:
+        with store.write() as conn:
+            usage.record(conn, _calls(now), usage.Where("slack", first), Pricing())
+            holding.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_first)
+    holder.start()
+    try:
+        assert holding.wait(30)
+        with store.write() as conn:
+            conn.exec_driver_sql("SET LOCAL lock_timeout = '2s'")
+            usage.record(conn, _calls(now), usage.Where("slack", other), Pricing())
+    finally:
+        release.set()
+        holder.join(30)
+    with store.read() as conn:
+        report = insights.report(conn, insights.Window(day_of(now) - 6, day_of(now)))
+    assert report.total.usage.calls == 6
