@@ -441,16 +441,20 @@ def _commit(
                 delivered=in_store,
             )
         _record_side_effects(conn, turn, session_id, reply, now)
-        where = metering.where(turn.platform, session_id, turn.chat_id, turn.id)
-        usage.record(conn, reply.calls, where, rt.pricing)
         if title is not None:
             titles.write_auto_title(conn, session_id, title)
         error = reply.failed[:500] if reply.failed is not None else None
         inbox.finish_turn(conn, turn.id, status, now, error=error)
         following = _claim(conn, rt, held.lease, now) if claim else None
-        if last is None or in_store:
-            return following, last, None
-        return following, None, (last.lane, flush.open_lane(conn, holder, last.lane, now))
+        opened = None
+        if last is not None and not in_store:
+            opened = (last.lane, flush.open_lane(conn, holder, last.lane, now))
+        # Last: a rollup row other sessions' turns add to stays locked until this commit.
+        where = metering.where(turn.platform, session_id, turn.chat_id, turn.id)
+        usage.record(conn, reply.calls, where, rt.pricing)
+        if opened is not None:
+            return following, None, opened
+        return following, last, None
 
     following, delivered, opened = rt.store.commit(write)
     rt.metrics.turn_committed(turn.platform, status, reply.calls)
