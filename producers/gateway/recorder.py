@@ -21,9 +21,10 @@ two Redis round trips: the task and its task-sent event) — more than the HTTP 
 - Under load, wake-ups go out at most once per WAKE_EVERY: those claimed by batches committed
   meanwhile wait and go together. A publish (Celery's message, its task-sent event, a Redis
   round trip) cost ~25% of the receiver's CPU when every small batch had its own; the first
-  wake-up after a quiet spell still goes at once. While some wait, the thread stays for the
-  next turns (told by a condition) instead of leaving and being started again through anyio,
-  a thread hand-off that cost as much again. Acks never wait for any of this.
+  wake-up after a quiet spell still goes at once. While some wait, and for WAKE_EVERY after
+  its last batch, the thread stays for the next turns (told by a condition) instead of
+  leaving and being started again through anyio, a thread hand-off that cost as much again.
+  Acks never wait for any of this.
 
 A Recorder belongs to one event loop; `settled` waits until its thread is idle (the app's
 shutdown awaits it, so the wake-ups of acked turns are not dropped on exit).
@@ -84,6 +85,7 @@ class Recorder:
         self._more = threading.Condition(self._lock)
         self._wakes: list[WakeUp] = []  # claimed, not yet published (the worker thread's)
         self._published = -WAKE_EVERY  # time.monotonic() of the last publish (worker thread)
+        self._last_batch = -WAKE_EVERY  # and of the last batch taken
         self._worker: asyncio.Task[None] | None = None
         self._slot = CapacityLimiter(1)
 
@@ -147,10 +149,13 @@ class Recorder:
 
     def _take(self) -> list[Waiting] | None:
         """The next batch; None when nothing is queued, having waited for turns until the
-        waiting wake-ups are due. With no wake-up waiting either, the thread's turn ends."""
+        waiting wake-ups are due (or, with none waiting, for WAKE_EVERY after the last batch:
+        under load the next turns come sooner, and waking this thread costs less than leaving
+        and being started again). With no wake-up waiting either, the thread's turn ends."""
         with self._lock:
-            if not self._queue and self._wakes:
-                due = self._published + WAKE_EVERY - time.monotonic()
+            if not self._queue:
+                since = self._published if self._wakes else self._last_batch
+                due = since + WAKE_EVERY - time.monotonic()
                 if due > 0:
                     self._lingering = True
                     try:
@@ -161,6 +166,7 @@ class Recorder:
                 if not self._wakes:
                     self._busy = False
                 return None
+            self._last_batch = time.monotonic()
             return [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
 
     def _publish(self) -> None:
