@@ -23,8 +23,9 @@ with the turns state.db recorded (they must match), and `meets_target` says whet
 endpoint had such a level. `cpu_us_per_request` is the server process's CPU time over the
 requests it answered, and `cpu_ratio_vs_bare` bare's over the gateway's: unlike requests/s it
 holds still on a machine busy with other work. `wall_seconds` is the whole run. With
-`--database-url postgresql://…` the gateway's store is a fresh schema in that database (dropped
-after) instead of state.db.
+`--database-url postgresql://…` the gateway's store is a new database beside that one (dropped
+after) instead of state.db: a schema would share the server database's public tables (and
+their alembic_version) with whatever store lives there, and the run would write into those.
 """
 
 from __future__ import annotations
@@ -47,15 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import (  # noqa: E402
-    Children,
-    drop_bench_schemas,
-    free_port,
-    fresh_schema,
-    log,
-    percentiles,
-    start_redis,
-)
+from bench.common import Children, free_port, log, percentiles, start_redis  # noqa: E402
 from bench.webhook_payloads import (  # noqa: E402
     BODIES,
     KINDS,
@@ -299,7 +292,7 @@ def run(
     home = work / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
-    database_url = fresh_schema(args.database_url, "webhooks")
+    database_url = args.own_database
     if database_url is not None:
         env["HERMES_DATABASE_URL"] = database_url
     env.update(
@@ -367,6 +360,30 @@ def _cpu_seconds(pid: int) -> float:
     return float(times.user + times.system)
 
 
+@contextlib.contextmanager
+def own_database(database_url: str | None) -> Any:
+    """None stays None (state.db); for a PostgreSQL URL, a new database beside it, its URL
+    yielded, dropped after."""
+    if database_url is None:
+        yield None
+        return
+    import uuid
+
+    import psycopg
+    from sqlalchemy import make_url
+
+    url = make_url(database_url)
+    name = f"{url.database}_webhooks_{uuid.uuid4().hex[:8]}"
+    admin = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as db:
+        db.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as db:
+            db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def recorded_turns(database_url: str) -> int:
     """The turns the gateway's store holds: all still waiting, as no worker ran."""
     from shared.db import open_store
@@ -423,11 +440,11 @@ def main(argv: list[str] | None = None) -> int:
         children = Children(work)
         keys = TeamsKeys()
         try:
-            results = run(args, work, children, keys)
+            with own_database(args.database_url) as args.own_database:
+                results = run(args, work, children, keys)
         finally:
             children.close()
             keys.close()
-            drop_bench_schemas(args.database_url)
     out: dict[str, Any] = {"bench": "webhooks", "quick": args.quick, "target_p99_ms": TARGET_P99_MS}
     out["database"] = "postgresql" if args.database_url else "sqlite"
     for kind in KINDS:
