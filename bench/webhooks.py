@@ -4,6 +4,7 @@ nothing, in the same run. Progress goes to stderr; the last stdout line is JSON.
 
     python bench/webhooks.py            # 10 s per load level, 1 to 128 connections
     python bench/webhooks.py --quick    # 2 s per level, two levels, within a minute
+    python bench/webhooks.py --database-url postgresql://…   # the store in PostgreSQL
 
 Everything runs in child processes this script starts and stops: a private `redis-server` on a
 free port (the broker the gateway's real BrokerWaker publishes wake-ups to), one uvicorn
@@ -21,7 +22,10 @@ requests/s at a level whose p99 is within the target and where every request was
 with the turns state.db recorded (they must match), and `meets_target` says whether each
 endpoint had such a level. `cpu_us_per_request` is the server process's CPU time over the
 requests it answered, and `cpu_ratio_vs_bare` bare's over the gateway's: unlike requests/s it
-holds still on a machine busy with other work. `wall_seconds` is the whole run.
+holds still on a machine busy with other work. `wall_seconds` is the whole run. With
+`--database-url postgresql://…` the gateway's store is a new database beside that one (dropped
+after) instead of state.db: a schema would share the server database's public tables (and
+their alembic_version) with whatever store lives there, and the run would write into those.
 """
 
 from __future__ import annotations
@@ -288,6 +292,9 @@ def run(
     home = work / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
+    database_url = args.own_database
+    if database_url is not None:
+        env["HERMES_DATABASE_URL"] = database_url
     env.update(
         {
             "HERMES_HOME": str(home),
@@ -339,8 +346,7 @@ def run(
                 )
         finally:
             children.stop([proc])
-    with open_turns(home) as turns:
-        results["recorded_turns"] = turns
+    results["recorded_turns"] = recorded_turns(database_url or f"sqlite:///{home}/state.db")
     return results
 
 
@@ -355,20 +361,49 @@ def _cpu_seconds(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def open_turns(home: Path) -> Any:
-    import sqlite3
+def own_database(database_url: str | None) -> Any:
+    """None stays None (state.db); for a PostgreSQL URL, a new database beside it, its URL
+    yielded, dropped after."""
+    if database_url is None:
+        yield None
+        return
+    import uuid
 
-    conn = sqlite3.connect(home / "state.db")
+    import psycopg
+    from sqlalchemy import make_url
+
+    url = make_url(database_url)
+    name = f"{url.database}_webhooks_{uuid.uuid4().hex[:8]}"
+    admin = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as db:
+        db.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield int(conn.execute("SELECT count(*) FROM inbox").fetchone()[0])
+        yield url.set(database=name).render_as_string(hide_password=False)
     finally:
-        conn.close()
+        with psycopg.connect(admin, autocommit=True) as db:
+            db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def recorded_turns(database_url: str) -> int:
+    """The turns the gateway's store holds: all still waiting, as no worker ran."""
+    from shared.db import open_store
+    from shared.pipeline import inbox
+
+    store = open_store(database_url)
+    try:
+        with store.read() as conn:
+            return inbox.summary(conn, time.time()).waiting
+    finally:
+        store.close()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two short levels (< 60 s)")
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per load level")
+    parser.add_argument(
+        "--database-url", help="the store in PostgreSQL (postgresql://…; a fresh schema in it)"
+    )
     parser.add_argument("--serve", choices=["gateway", "bare"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--load", help=argparse.SUPPRESS)
@@ -405,11 +440,13 @@ def main(argv: list[str] | None = None) -> int:
         children = Children(work)
         keys = TeamsKeys()
         try:
-            results = run(args, work, children, keys)
+            with own_database(args.database_url) as args.own_database:
+                results = run(args, work, children, keys)
         finally:
             children.close()
             keys.close()
     out: dict[str, Any] = {"bench": "webhooks", "quick": args.quick, "target_p99_ms": TARGET_P99_MS}
+    out["database"] = "postgresql" if args.database_url else "sqlite"
     for kind in KINDS:
         gateway, bare = results[kind], results[f"bare_{kind}"]
         ratio = gateway["sustained_rps"] / bare["sustained_rps"] if bare["sustained_rps"] else None

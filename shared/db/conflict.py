@@ -20,7 +20,8 @@ from shared.db.prepared import Prepared
 
 class InsertOrSkip:
     """One INSERT of `columns` (values bound by name at each run) that skips a row whose
-    `keys` are taken, optionally RETURNING `returning`; SQLite's runs on the driver's cursor."""
+    `keys` are taken, optionally RETURNING `returning`; run on the driver's cursor
+    (shared/db/prepared.py)."""
 
     def __init__(
         self,
@@ -35,7 +36,7 @@ class InsertOrSkip:
             stmt = stmt.on_conflict_do_nothing(index_elements=list(keys))
             if returning:
                 stmt = stmt.returning(*returning)
-            self._by_dialect[name] = Prepared(stmt) if name == "sqlite" else stmt
+            self._by_dialect[name] = Prepared(stmt, dialect=name)
 
     def _statement(self, conn: Connection) -> Any:
         found = self._by_dialect.get(conn.dialect.name)
