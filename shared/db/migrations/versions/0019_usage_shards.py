@@ -49,4 +49,27 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise NotImplementedError("hermes-fleet schemas only move forward; restore a backup instead")
+    """Each key's shards summed into one row again, then the old primary key."""
+    bind = op.get_bind()
+    for table, keys in KEYS.items():
+        columns = [c["name"] for c in sa.inspect(bind).get_columns(table)]
+        sums = [c for c in columns if c not in (*keys, "shard")]
+        key_list = ", ".join(keys)
+        summed = ", ".join(f"SUM({c}) AS {c}" for c in sums)
+        op.execute(
+            f"CREATE TEMPORARY TABLE folded_{table} AS SELECT {key_list}, {summed}"
+            f" FROM {table} GROUP BY {key_list}"
+        )
+        op.execute(f"DELETE FROM {table}")
+        if bind.dialect.name == "sqlite":
+            with op.batch_alter_table(table, recreate="always") as batch:
+                batch.drop_column("shard")
+                batch.create_primary_key(f"pk_{table}", keys)
+        else:
+            op.execute(f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey")
+            op.drop_column(table, "shard")
+            op.create_primary_key(f"{table}_pkey", table, keys)
+        op.execute(
+            f"INSERT INTO {table} ({key_list}, {', '.join(sums)}) SELECT * FROM folded_{table}"
+        )
+        op.execute(f"DROP TABLE folded_{table}")
