@@ -16,9 +16,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -190,3 +194,34 @@ def drop_bench_schemas(database_url: str | None) -> None:
     with psycopg.connect(database_url, autocommit=True) as db:
         while _MADE:
             db.execute(f'DROP SCHEMA IF EXISTS "{_MADE.pop()}" CASCADE')
+
+
+def run_in_work_dir(
+    prefix: str,
+    database_url: str | None,
+    body: Callable[[Path, Children], T],
+    *,
+    keep: bool = False,
+) -> T | None:
+    """`body(work, children)` in a new temporary directory, SIGTERM taken as Ctrl-C; then every
+    child stopped, the bench schemas dropped and the directory removed (unless `keep`).
+    None when interrupted."""
+
+    def on_term(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    children = Children(work)
+    try:
+        return body(work, children)
+    except KeyboardInterrupt:
+        log("interrupted; stopping everything this bench started")
+        return None
+    finally:
+        children.close()
+        drop_bench_schemas(database_url)
+        if keep:
+            log(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)

@@ -18,10 +18,7 @@ import argparse
 import json
 import os
 import platform
-import shutil
-import signal
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -33,7 +30,7 @@ if str(ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
-from bench.common import Children, drop_bench_schemas, log, start_redis  # noqa: E402
+from bench.common import Children, log, run_in_work_dir, start_redis  # noqa: E402
 from bench.pipeline import finite  # noqa: E402
 from bench.pipeline_stack import CpuMeter, Pool, Stack, worker_env  # noqa: E402
 from bench.pipeline_turns import max_turn_id, produce, summarise, turn_times, wait_for  # noqa: E402
@@ -155,23 +152,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
-    def on_term(_signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    work = Path(tempfile.mkdtemp(prefix="hermes-fleet-bench-"))
-    children = Children(work)
     started = time.monotonic()
-    try:
+
+    def measure(work: Path, children: Children) -> list[dict[str, Any]]:
         broker = start_redis(children, work)
-        points = scaling([step(children, work, broker, args, n) for n in args.worker_counts])
-    except KeyboardInterrupt:
-        log("interrupted; stopping everything this bench started")
+        return scaling([step(children, work, broker, args, n) for n in args.worker_counts])
+
+    points = run_in_work_dir("hermes-fleet-bench-", args.database_url, measure)
+    if points is None:
         return 130
-    finally:
-        children.close()
-        drop_bench_schemas(args.database_url)
-        shutil.rmtree(work, ignore_errors=True)
     worst = min(p["vs_linear"] for p in points if p["vs_linear"] is not None)
     out = {
         "bench": "fleet",

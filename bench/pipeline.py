@@ -27,10 +27,7 @@ import json
 import math
 import os
 import platform
-import shutil
-import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +39,7 @@ if str(ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
-from bench.common import Children, drop_bench_schemas, log, start_redis  # noqa: E402
+from bench.common import Children, run_in_work_dir, start_redis  # noqa: E402
 from bench.pipeline_embedded import embedded_phase  # noqa: E402
 from bench.pipeline_slow import slow_phase  # noqa: E402
 from bench.pipeline_stack import Pool, Sizes  # noqa: E402
@@ -183,25 +180,15 @@ def finite(value: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
-    def on_term(_signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    work = Path(tempfile.mkdtemp(prefix="hermes-bench-"))
-    children = Children(work)
     started = time.monotonic()
-    try:
-        out = run(args, work, children)
-    except KeyboardInterrupt:
-        log("interrupted; stopping everything this bench started")
+    out = run_in_work_dir(
+        "hermes-bench-",
+        args.database_url,
+        lambda work, children: run(args, work, children),
+        keep=args.keep,
+    )
+    if out is None:
         return 130
-    finally:
-        children.close()
-        drop_bench_schemas(args.database_url)
-        if args.keep:
-            log(f"work directory kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
     out["wall_s"] = round(time.monotonic() - started, 1)
     print(json.dumps(finite(out), allow_nan=False))
     return 0
