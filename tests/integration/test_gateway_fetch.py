@@ -13,6 +13,7 @@ from workers.delivery.fetch import (
     FetchFailed,
     TelegramFetcher,
     UrlFetcher,
+    patiently,
     platform_fetchers,
     telegram_file_base,
 )
@@ -39,6 +40,46 @@ def test_telegram_files_by_id_within_the_limit() -> None:
             assert TOKEN.split(":")[1] not in str(missing.value)
         finally:
             fetcher.close()
+
+
+def test_a_fetch_with_no_answer_or_a_5xx_is_tried_again_and_a_refusal_is_not() -> None:
+    with FakeTelegram(TOKEN) as fake:
+        fake.files["AgACAgQ"] = b"the photo"
+        fetcher = TelegramFetcher(token=TOKEN, api_base=fake.api_base)
+        image = Attachment("image", url="telegram:file/AgACAgQ")
+        waited: list[float] = []
+
+        def tries() -> int:
+            return sum(call.method == "getFile" for call in fake.calls)
+
+        try:
+            fake.script("getFile", "500", "drop", "429:0")  # a 5xx, a dropped connection, a 429
+            got = patiently(
+                lambda: fetcher.fetch(image, 1000), delays=(1, 2, 3), sleep=waited.append
+            )
+            assert got == b"the photo" and tries() == 4 and waited == [1, 2, 3]
+
+            fake.script("getFile", "500", "500", "500")
+            with pytest.raises(FetchFailed, match="500") as gave_up:
+                patiently(lambda: fetcher.fetch(image, 1000), delays=(0, 0), sleep=waited.append)
+            assert gave_up.value.transient and tries() == 7
+
+            fake.script("getFile", "403")  # the platform refuses: asking again changes nothing
+            with pytest.raises(FetchFailed, match="getFile refused") as refused:
+                patiently(lambda: fetcher.fetch(image, 1000), delays=(0, 0), sleep=waited.append)
+            assert not refused.value.transient and tries() == 8
+        finally:
+            fetcher.close()
+
+
+def test_a_download_from_a_host_that_is_not_there_is_transient() -> None:
+    fetcher = UrlFetcher()
+    try:
+        with pytest.raises(FetchFailed) as down:  # port 9 (discard): nothing listens
+            fetcher.fetch(Attachment("document", url="http://127.0.0.1:9/f.txt"), 1000)
+        assert down.value.transient
+    finally:
+        fetcher.close()
 
 
 def test_slack_private_urls_need_the_token() -> None:

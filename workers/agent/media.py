@@ -39,7 +39,7 @@ from shared.usage import TRANSCRIPTION, ModelCall
 from workers.agent.auxiliary import Auxiliary, AuxiliaryUnavailable
 from workers.agent.metering import Meter
 from workers.agent.window import estimate_tokens
-from workers.delivery.fetch import FetchFailed
+from workers.delivery.fetch import FetchFailed, patiently
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ class MediaProcessor:
             note = f"[{kind}: {name} — not fetched: no fetcher for {turn.platform} attachments]"
             return Item(name, kind, mime, note)
         try:
-            data = fetcher.fetch(attachment, self._max_bytes)
+            data = patiently(lambda: fetcher.fetch(attachment, self._max_bytes))
         except (FetchError, FetchFailed) as exc:  # the platforms' fetchers raise FetchFailed
             return Item(name, kind, mime, f"[{kind}: {name} — could not be read: {exc}]")
         try:

@@ -15,7 +15,9 @@ workers.agent.media.Fetchers registry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,18 +29,60 @@ from shared.settings import PlatformSettings, Settings
 from shared.turns import Attachment
 
 TIMEOUT = 30.0
+# Between tries of an attachment whose fetch failed on the way (no route, refused, reset, timed
+# out, a 429 or a 5xx): about half a minute in all, so a network blip or a platform's restart
+# costs the turn some seconds, not the attachment.
+RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0)
 TELEGRAM_PREFIX = "telegram:file/"
 SLACK_HOSTS = ("slack.com",)
 
 
+log = logging.getLogger(__name__)
+
+
 class FetchFailed(Exception):
-    """The attachment could not be fetched (gone, too big, refused); the message says why."""
+    """The attachment could not be fetched (gone, too big, refused); the message says why.
+
+    `transient`: the request got no answer, or a 429 or 5xx one; trying again later may work.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+def unreachable(exc: httpx.HTTPError, message: str) -> FetchFailed:
+    """FetchFailed for an httpx error: transient when the request got no answer at all."""
+    return FetchFailed(message, transient=isinstance(exc, httpx.TransportError))
+
+
+def _transient(status: int) -> bool:
+    return status == 429 or status >= 500
+
+
+def patiently(
+    fetch: Callable[[], bytes],
+    *,
+    delays: tuple[float, ...] = RETRY_DELAYS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bytes:
+    """`fetch()`, tried again after each delay while it fails transiently."""
+    for delay in delays:
+        try:
+            return fetch()
+        except FetchFailed as exc:
+            if not exc.transient:
+                raise
+            log.warning("attachment not fetched (%s); trying again in %.1f s", exc, delay)
+        sleep(delay)
+    return fetch()
 
 
 def _download(client: httpx.Client, url: str, max_bytes: int, **kwargs: Any) -> bytes:
     with client.stream("GET", url, **kwargs) as response:
         if response.status_code != 200:
-            raise FetchFailed(f"download answered {response.status_code}")
+            status = response.status_code
+            raise FetchFailed(f"download answered {status}", transient=_transient(status))
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_bytes:
             raise FetchFailed(f"{declared} bytes is over the {max_bytes}-byte limit")
@@ -72,15 +116,19 @@ class TelegramFetcher:
         if attachment.size is not None and attachment.size > max_bytes:
             raise FetchFailed(f"{attachment.size} bytes is over the {max_bytes}-byte limit")
         try:
-            answer = self._client.post(f"{self._api}/getFile", json={"file_id": file_id}).json()
+            response = self._client.post(f"{self._api}/getFile", json={"file_id": file_id})
+            if _transient(response.status_code):
+                raise FetchFailed(f"getFile answered {response.status_code}", transient=True)
+            answer = response.json()
             if not answer.get("ok") or not answer.get("result", {}).get("file_path"):
                 raise FetchFailed(f"getFile refused: {answer.get('description', 'no path')}")
             path = answer["result"]["file_path"]
             return _download(self._client, f"{self._files}/{path}", max_bytes)
-        except (httpx.HTTPError, ValueError) as exc:
-            raise FetchFailed(
-                f"telegram: {type(exc).__name__}: {exc}".replace(self._token, "***")
-            ) from None
+        except httpx.HTTPError as exc:
+            message = f"telegram: {type(exc).__name__}: {exc}".replace(self._token, "***")
+            raise unreachable(exc, message) from None
+        except ValueError as exc:
+            raise FetchFailed(f"telegram: {type(exc).__name__}: {exc}") from None
 
     def close(self) -> None:
         self._client.close()
@@ -138,7 +186,7 @@ class UrlFetcher:
             message = f"{type(exc).__name__}: {exc}"
             if self._token:
                 message = message.replace(self._token, "***")
-            raise FetchFailed(message) from None
+            raise unreachable(exc, message) from None
 
     def close(self) -> None:
         self._client.close()

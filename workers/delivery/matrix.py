@@ -25,7 +25,7 @@ from shared.platforms.matrix import PLATFORM, MatrixSettings
 from shared.turns import Attachment
 from workers.delivery.aioloop import LoopThread
 from workers.delivery.base import RetryLater, SenderDeps, Sent, ThreadUnavailable, Undeliverable
-from workers.delivery.fetch import FetchFailed, _download
+from workers.delivery.fetch import FetchFailed, _download, unreachable
 from workers.delivery.progress import Progress, namespace
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
 from workers.delivery.split import split_for
@@ -184,7 +184,8 @@ class MediaFetcher:
             with httpx.Client(timeout=TIMEOUT, follow_redirects=True) as client:
                 return _download(client, url, max_bytes, headers=headers)
         except httpx.HTTPError as exc:
-            raise FetchFailed(f"{type(exc).__name__}: {exc}".replace(self._token, "***")) from None
+            message = f"{type(exc).__name__}: {exc}".replace(self._token, "***")
+            raise unreachable(exc, message) from None
 
     def close(self) -> None:
         pass

@@ -28,7 +28,7 @@ from shared.platforms.signal import DAEMON, PLATFORM, SignalSettings, chat_type_
 from shared.turns import Attachment
 from workers.agent.media import FetchError
 from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
-from workers.delivery.fetch import FetchFailed, _download
+from workers.delivery.fetch import FetchFailed, _download, unreachable
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
 from workers.delivery.split import split_for
@@ -180,7 +180,7 @@ class SignalFetcher:
         except FetchFailed as exc:  # an answer other than 200, or over the size limit
             raise AttachmentRefused(str(exc)) from None
         except httpx.HTTPError as exc:
-            raise FetchFailed(f"signal: {type(exc).__name__}: {exc}") from None
+            raise unreachable(exc, f"signal: {type(exc).__name__}: {exc}") from None
 
     def close(self) -> None:
         """Nothing is held between fetches."""

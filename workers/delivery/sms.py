@@ -33,7 +33,7 @@ from shared.platforms.sms import PLATFORM, TWILIO_API, SmsSettings
 from shared.turns import Attachment
 from workers.agent.media import FetchError
 from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
-from workers.delivery.fetch import FetchFailed, _download, credential_origins
+from workers.delivery.fetch import FetchFailed, _download, credential_origins, unreachable
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
 from workers.delivery.split import split_for
@@ -225,7 +225,8 @@ class SmsFetcher:
         except FetchFailed as exc:  # an answer other than 200, or over the size limit
             raise MediaRefused(str(exc)) from None
         except httpx.HTTPError as exc:
-            raise FetchFailed(f"{type(exc).__name__}: {exc}".replace(self._secret, "***")) from None
+            message = f"{type(exc).__name__}: {exc}".replace(self._secret, "***")
+            raise unreachable(exc, message) from None
 
     def close(self) -> None:
         """Nothing is held between fetches."""

@@ -31,7 +31,7 @@ from shared.platforms import GROUP
 from shared.platforms.whatsapp import GRAPH_API, PLATFORM, WhatsAppSettings, chat_type_of
 from shared.turns import Attachment
 from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
-from workers.delivery.fetch import FetchFailed, UrlFetcher
+from workers.delivery.fetch import FetchFailed, UrlFetcher, unreachable
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
 from workers.delivery.split import split_for
@@ -205,9 +205,15 @@ class WhatsAppFetcher:
                 found = answer.json() if answer.status_code == 200 else {}
         except (httpx.HTTPError, ValueError) as exc:
             message = f"whatsapp: {type(exc).__name__}: {exc}".replace(self._token, "***")
+            if isinstance(exc, httpx.HTTPError):
+                raise unreachable(exc, message) from None
             raise FetchFailed(message) from None
         if not isinstance(found, dict) or not isinstance(found.get("url"), str):
-            raise FetchFailed(f"the media lookup answered {answer.status_code} without a URL")
+            status = answer.status_code
+            raise FetchFailed(
+                f"the media lookup answered {status} without a URL",
+                transient=status == 429 or status >= 500,
+            )
         return found
 
     def fetch(self, attachment: Attachment, max_bytes: int) -> bytes:
