@@ -448,7 +448,7 @@ def _commit(
         following = _claim(conn, rt, held.lease, now) if claim else None
         opened = None
         if last is not None and not in_store:
-            opened = (last.lane, flush.open_lane(conn, holder, last.lane, now))
+            opened = (last.lane, flush.open_lane(conn, holder, last.lane, now, flush.lane_ttl(rt)))
         # Last: a rollup row other sessions' turns add to stays locked until this commit.
         where = metering.where(turn.platform, session_id, turn.chat_id, turn.id)
         usage.record(conn, reply.calls, where, rt.pricing)

@@ -2,6 +2,10 @@
 
 A platform's "wait" (429 retry_after) puts the whole lane in a cooldown that every worker
 honours, and the flush re-schedules itself instead of sleeping, freeing the worker slot.
+
+The lane's lease is short (`lane_ttl`) and the worker's Renewer extends it while a send is in
+flight, so a slow platform keeps its lane and a killed worker's lane is free again within
+seconds; a flush that lost its lease (paused, cut off) stops before its next send.
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ from shared.db import Connection
 from shared.pipeline import leases, outbox
 from workers.delivery.base import RetryLater, Undeliverable
 from workers.delivery.registry import UnknownPlatform
+from workers.renewer import Held
 from workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-LANE_TTL = 60.0
+LANE_TTL = 10.0  # at most; a fleet with shorter session leases uses theirs (lane_ttl)
 MAX_SEND_ATTEMPTS = 8
 BATCH = 50
 PAGE = 10
@@ -32,6 +37,11 @@ class FlushResult:
 
 def lane_lease_name(lane: str) -> str:
     return f"lane:{lane}"
+
+
+def lane_ttl(rt: Runtime) -> float:
+    """How long a dead holder keeps a lane: LANE_TTL, or the session lease when shorter."""
+    return min(LANE_TTL, rt.lease_ttl)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +62,13 @@ class Opened:
     cooldown_left: float | None = None
 
 
-def open_lane(conn: Connection, holder: str, lane: str, now: float) -> Opened:
+def open_lane(
+    conn: Connection, holder: str, lane: str, now: float, ttl: float = LANE_TTL
+) -> Opened:
     """Inside a write: take the lane's lease for `holder` and read its first rows (a drain does
     this in the transaction that writes the replies, saving a write of its own)."""
     name = lane_lease_name(lane)
-    lease = leases.acquire_lane(conn, name, holder, now, LANE_TTL)
+    lease = leases.acquire_lane(conn, name, holder, now, ttl)
     if lease is None:
         # Busy by what was committed when this statement began. The holder may be inside its
         # look-and-let-go write right now, having looked before our replies were committed: on
@@ -67,14 +79,14 @@ def open_lane(conn: Connection, holder: str, lane: str, now: float) -> Opened:
         cooldown = leases.cooldown_until(conn, name, lock=True)
         if cooldown is not None and cooldown > now:
             return Opened(None, [], cooldown_left=cooldown - now)
-        lease = leases.acquire_named(conn, name, holder, now, LANE_TTL)  # a new lane
+        lease = leases.acquire_named(conn, name, holder, now, ttl)  # a new lane
     rows = _pending_or_release(conn, lease) if lease is not None else []
     return Opened(lease, rows)
 
 
 def flush(rt: Runtime, lane: str) -> FlushResult:
     holder = rt.holder()
-    opened = rt.store.commit(lambda conn: open_lane(conn, holder, lane, rt.clock()))
+    opened = rt.store.commit(lambda conn: open_lane(conn, holder, lane, rt.clock(), lane_ttl(rt)))
     return send_opened(rt, lane, opened)
 
 
@@ -92,7 +104,8 @@ def send_opened(rt: Runtime, lane: str, opened: Opened) -> FlushResult:
     released = False
     cooldown_to: float | None = None
     try:
-        result, released = _send_pending(rt, lease, rows)
+        with rt.renewer.hold(lease, rt.clock(), named=True, ttl=lane_ttl(rt)) as held:
+            result, released = _send_pending(rt, lease, rows, held)
         if result.reason in {"cooldown", "retry"} and result.retry_in is not None:
             cooldown_to = rt.clock() + result.retry_in if result.reason == "cooldown" else None
     except leases.LeaseLost:
@@ -122,13 +135,15 @@ def _pending_or_release(conn: Connection, lease: leases.Lease) -> list[outbox.Ou
 
 
 def _send_pending(
-    rt: Runtime, lease: leases.Lease, rows: list[outbox.OutboxRow]
+    rt: Runtime, lease: leases.Lease, rows: list[outbox.OutboxRow], held: Held
 ) -> tuple[FlushResult, bool]:
     """Send `rows` and what follows them; True when the lane was released (nothing left)."""
     sent = 0
     while True:
         step = _Step()
         for index, row in enumerate(rows):
+            if held.lost:  # another worker has the lane: it sends this row
+                raise leases.LeaseLost(f"lease on {lease.name} lost before outbox {row.id}")
             now = rt.clock()
             if row.not_before is not None and row.not_before > now:
                 return FlushResult(sent, "retry", row.not_before - now), False
@@ -159,7 +174,7 @@ def _send_one(rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, *, look: 
         metrics.send_errors.labels(row.platform, "undeliverable").inc()
         log.warning("outbox %s to %s undeliverable: %s", row.id, row.lane, exc)
         with rt.store.write() as conn:
-            leases.check_named(conn, lease, rt.clock(), LANE_TTL)
+            leases.check_named(conn, lease, rt.clock(), lane_ttl(rt))
             outbox.mark_failed(conn, row.id, str(exc)[:500], rt.clock())
             rows = _pending_or_release(conn, lease) if look else None
         return _Step(rows=rows, released=rows == [])
@@ -170,7 +185,7 @@ def _send_one(rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, *, look: 
         return _Step(stop=("retry", wait))
 
     def mark_sent(conn: Connection) -> list[outbox.OutboxRow] | None:
-        leases.check_named(conn, lease, rt.clock(), LANE_TTL)
+        leases.check_named(conn, lease, rt.clock(), lane_ttl(rt))
         outbox.mark_sent(conn, row.id, receipt.platform_message_id, rt.clock())
         return _pending_or_release(conn, lease) if look else None
 
@@ -192,7 +207,7 @@ def _record_retry(
     row's attempts (the platform's cooldown bounds it); errors do."""
     now = rt.clock()
     with rt.store.write() as conn:
-        leases.check_named(conn, lease, now, LANE_TTL)
+        leases.check_named(conn, lease, now, lane_ttl(rt))
         attempts = outbox.mark_retry(conn, row.id, now + wait, reason[:500], failed=failed)
         if attempts >= MAX_SEND_ATTEMPTS:
             outbox.mark_failed(

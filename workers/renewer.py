@@ -1,4 +1,5 @@
-"""One thread per worker process keeps every held session lease alive while models think."""
+"""One thread per worker process keeps every held lease alive: sessions' while models think,
+chat lanes' while a send is in flight."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 class Held:
     lease: lease_rows.Lease
     started_at: float
+    named: bool = False  # a named lease (a chat lane), not a session's route
+    ttl: float | None = None  # None: the Renewer's
     lost: bool = False
     stop: bool = False
 
@@ -42,8 +45,16 @@ class Renewer:
         self._thread: threading.Thread | None = None
 
     @contextmanager
-    def hold(self, lease: lease_rows.Lease, started_at: float) -> Iterator[Held]:
-        held = Held(lease, started_at)
+    def hold(
+        self,
+        lease: lease_rows.Lease,
+        started_at: float,
+        *,
+        named: bool = False,
+        ttl: float | None = None,
+    ) -> Iterator[Held]:
+        """Renew `lease` until the block ends; `named` for a named lease (see Held)."""
+        held = Held(lease, started_at, named=named, ttl=ttl)
         with self._lock:
             self._held.add(held)
             if self._thread is None:
@@ -80,8 +91,12 @@ class Renewer:
         with self._store.write() as conn:
             now = self._clock()
             for held in snapshot:
+                ttl = held.ttl if held.ttl is not None else self._ttl
                 try:
-                    routes.check_route(conn, held.lease, now, self._ttl)
+                    if held.named:
+                        lease_rows.check_named(conn, held.lease, now, ttl)
+                    else:
+                        routes.check_route(conn, held.lease, now, ttl)
                 except lease_rows.LeaseLost:
                     if not held.lost:
                         log.warning(
@@ -89,6 +104,8 @@ class Renewer:
                         )
                     held.lost = True
                     continue
+                if held.named:
+                    continue  # stop requests are for sessions' turns
                 asked = routes.stop_requested_at(conn, held.lease.name)
                 if asked is not None and asked >= held.started_at:
                     held.stop = True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, bindparam, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, case, insert, or_, select, update
 
 from shared.db.like import ESCAPE, prefix_pattern
 from shared.db.prepared import Prepared
@@ -57,10 +57,11 @@ _INSERT_NAMED = Prepared(
         fence=1,
     )
 )
+# A renewal racing its holder's release (the Renewer's thread) leaves the lease released.
 _CHECK_NAMED = Prepared(
     update(leases)
     .where(leases.c.name == bindparam("b_name"), leases.c.fence == bindparam("b_fence"))
-    .values(expires_at=bindparam("b_expires"))
+    .values(expires_at=case((leases.c.holder.is_(None), None), else_=bindparam("b_expires")))
 )
 _RELEASE_NAMED_STATEMENT = (
     update(leases)
