@@ -8,7 +8,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine, create_engine, exc
 from shared.db import migrate, sqlite, sqlite_health
 from shared.db.errors import StoreError, plainly
 from shared.db.group_commit import GroupCommit
+from shared.db.pg_pool import pg_engine, transaction
 
 T = TypeVar("T")
 
@@ -60,6 +61,7 @@ class Store:
         self.observe_write: Callable[[float], None] | None = None
         self._counted = False  # in _OPEN (set by `connect`)
         self._write_checked = engine.dialect.name != "sqlite" or path is None
+        self._postgresql = engine.dialect.name == "postgresql"
 
     def check_writable(self) -> None:
         """Refuse (StoreError) to write into a read-only or damaged state.db; run once, before
@@ -122,13 +124,19 @@ class Store:
             with (
                 self._corrupt_is_store_error(),
                 self._one_per_thread(),
-                self._writer.begin() as conn,
+                self._write_transaction() as conn,
             ):
                 yield conn
         else:
             with self._corrupt_is_store_error(), self._group.unit() as conn:
                 yield conn
         self._observed(started)
+
+    def _write_transaction(self) -> AbstractContextManager[Connection]:
+        """A write transaction of this thread's own (not SQLite's group commit)."""
+        if self._postgresql:
+            return transaction(self._engine, read_only=False)
+        return self._writer.begin()
 
     def _observed(self, started: float) -> None:
         if self.observe_write is not None:
@@ -146,7 +154,7 @@ class Store:
         started = time.perf_counter()
         with self._corrupt_is_store_error():
             if self._group is None:
-                with self._one_per_thread(), self._writer.begin() as conn:
+                with self._one_per_thread(), self._write_transaction() as conn:
                     result = work(conn)
             else:
                 result = self._group.run(work)
@@ -171,7 +179,7 @@ class Store:
                 return self._group.run_many(works)
         outcomes: list[T | Exception] = []
         try:
-            with self._one_per_thread(), self._writer.begin() as conn:
+            with self._one_per_thread(), self._write_transaction() as conn:
                 for work in works:
                     try:
                         with conn.begin_nested():
@@ -184,8 +192,13 @@ class Store:
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        """A read-only unit of work on one snapshot; nothing it does is committed."""
+        """A read-only unit of work on one snapshot; nothing it does is committed (on
+        PostgreSQL a READ ONLY transaction: a write in it is refused; pg_pool.py says why)."""
         self._check_process()
+        if self._postgresql:
+            with transaction(self._engine, read_only=True) as conn:
+                yield conn
+            return
         with self._corrupt_is_store_error(), self._engine.connect() as conn:
             # Begun here, not on the first Core statement: hot statements run on the driver's
             # cursor (prepared.py), and every statement must see the same snapshot.
@@ -238,8 +251,7 @@ def connect(url: str) -> Store:
         store = Store(engine, path, writes)
         store._counted = True
         return store
-    engine = create_engine(url, pool_pre_ping=True)
-    return Store(engine, path)
+    return Store(pg_engine(url) if url.startswith("postgresql") else create_engine(url), path)
 
 
 def open_store(url: str, *, upgrade: bool = True) -> Store:

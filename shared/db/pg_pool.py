@@ -1,0 +1,108 @@
+"""PostgreSQL connections: the fixed pool a process keeps, and the BEGIN that opens each unit of
+work and is at the same time the check that the pooled connection is still alive.
+
+A turn on PostgreSQL is a dozen short transactions; on a 2-core box the server's CPU per turn,
+not the client's, bounds the pipeline. So each transaction costs as few round trips and as
+little server work as it can:
+
+- No `pool_pre_ping`: its ping (`;`) was a round trip on every checkout. The transaction's own
+  BEGIN is sent as soon as the connection is checked out (psycopg would otherwise send it before
+  the first statement: a round trip either way); when it fails because the connection is dead
+  (PostgreSQL restarted, the backend was terminated) that connection is thrown away and another
+  checked out, up to the pool's size + 1 times, so a restart costs the caller nothing.
+- Reads are `BEGIN READ ONLY … COMMIT`: a ROLLBACK makes psycopg forget every statement it has
+  prepared on that connection (and DEALLOCATE ALL on the server), so ending reads with one made
+  the server parse and plan the hot statements again and again. A read-only transaction cannot
+  write, so its COMMIT commits nothing (and a caller that tries to write in `store.read()` gets
+  an error instead of a silently discarded change).
+- A fixed pool: PG_POOL_SIZE connections, no overflow. A threads worker runs dozens of turns at
+  once; more backends than the server has cores to run them only adds switching and memory.
+  A thread waits for a free connection (at most `pool_timeout` seconds): no code path may hold
+  one connection of a Store while taking another from it (it could wait for itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, exc
+
+PG_POOL_SIZE = 15
+PG_POOL_TIMEOUT = 30.0
+
+_BEGIN = b"BEGIN"
+_BEGIN_READ_ONLY = b"BEGIN READ ONLY"
+
+
+def pg_engine(
+    url: str, *, pool_size: int = PG_POOL_SIZE, pool_timeout: float = PG_POOL_TIMEOUT
+) -> Engine:
+    """The engine of a PostgreSQL store: `pool_size` connections at most, no overflow."""
+    return create_engine(url, pool_size=pool_size, max_overflow=0, pool_timeout=pool_timeout)
+
+
+@contextmanager
+def transaction(engine: Engine, *, read_only: bool) -> Iterator[Connection]:
+    """One transaction on a live connection of `engine`: committed on exit, rolled back on error."""
+    conn = _begun(engine, _BEGIN_READ_ONLY if read_only else _BEGIN)
+    with conn, conn.begin():  # SQLAlchemy's marker only: the driver's transaction is open
+        yield conn
+
+
+def _begun(engine: Engine, begin: bytes) -> Connection:
+    """A connection checked out of `engine` with `begin` sent on it; dead ones are discarded."""
+    last: Exception | None = None
+    for _ in range(_pool_size(engine) + 1):
+        conn = engine.connect()
+        try:
+            _send_begin(conn, begin)
+        except exc.DBAPIError as error:
+            if not error.connection_invalidated:
+                conn.close()
+                raise
+            last = error
+            conn.close()
+            continue
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+    assert last is not None
+    raise last
+
+
+def _pool_size(engine: Engine) -> int:
+    size = getattr(engine.pool, "size", None)
+    return int(size()) if callable(size) else 1
+
+
+def _send_begin(conn: Connection, begin: bytes) -> None:
+    """BEGIN on the driver's connection, as the driver itself would send it before the first
+    statement (psycopg then sees the transaction open and sends no BEGIN of its own). Any
+    other driver gets its BEGIN on the first statement, as before."""
+    raw: Any = conn.connection.driver_connection
+    pgconn = getattr(raw, "pgconn", None)
+    if pgconn is None or conn.dialect.driver != "psycopg":
+        return
+    import psycopg
+    from psycopg import pq
+
+    try:
+        result = pgconn.exec_(begin)
+        if result.status != pq.ExecStatus.COMMAND_OK:
+            message = (result.error_message or pgconn.error_message).decode(errors="replace")
+            raise psycopg.OperationalError(message.strip() or "BEGIN failed")
+    except psycopg.Error as error:
+        dead = pgconn.status != pq.ConnStatus.OK
+        if dead:
+            conn.invalidate(error)
+        raise exc.DBAPIError.instance(
+            begin.decode(),
+            None,
+            error,
+            psycopg.Error,
+            dialect=conn.dialect,
+            connection_invalidated=dead,
+        ) from error

@@ -1,0 +1,124 @@
+"""PostgreSQL's connections (shared/db/pg_pool.py): a fixed pool, reads that are READ ONLY and
+keep psycopg's prepared statements, and a BEGIN that replaces pool_pre_ping as the liveness check
+(backends terminated under a full pool cost the callers nothing).
+
+The pool, the BEGIN and prepared statements are PostgreSQL's alone: on SQLite these skip.
+Terminating backends touches only the pids of this test's own store's connections.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import exc, select, text
+
+from shared.db import Connection, Store
+from shared.db.pg_pool import PG_POOL_SIZE, pg_engine
+from shared.db.schema import sessions
+from shared.store.sessions import create_session, get_session
+
+pytestmark = pytest.mark.both_databases
+
+
+def postgres_only(store: Store) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("the connection pool and BEGIN READ ONLY are PostgreSQL's")
+
+
+def backend_pid(conn: Connection) -> int:
+    raw: Any = conn.connection.driver_connection
+    return int(raw.info.backend_pid)
+
+
+def hold_every_connection(store: Store) -> list[int]:
+    """Open the pool's every connection at once (reads in one thread); their backends' pids."""
+    with ExitStack() as held:
+        return [backend_pid(held.enter_context(store.read())) for _ in range(PG_POOL_SIZE)]
+
+
+def terminate(store: Store, pids: list[int]) -> None:
+    """pg_terminate_backend on exactly `pids` (this store's own), then wait until they are gone."""
+    url = store.engine.url.set(query={}).render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as admin:
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 30
+        while admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)
+        ).fetchone() != (0,):
+            assert time.monotonic() < deadline, "terminated backends still listed after 30 s"
+            time.sleep(0.05)
+
+
+def test_the_pool_is_fixed(store: Store) -> None:
+    postgres_only(store)
+    assert store.engine.pool.size() == PG_POOL_SIZE  # type: ignore[attr-defined]
+    pids = hold_every_connection(store)
+    assert len(set(pids)) == PG_POOL_SIZE
+    small = Store(
+        pg_engine(str(store.engine.url.render_as_string(False)), pool_size=2, pool_timeout=0.2),
+        None,
+    )
+    try:
+        with small.read(), small.read():
+            started = time.monotonic()
+            with pytest.raises(exc.TimeoutError), small.read():
+                pass  # no overflow: a third waits for one of the two, then gives up
+            assert time.monotonic() - started < 5
+    finally:
+        small.close()
+
+
+def test_a_write_inside_read_is_refused(store: Store) -> None:
+    postgres_only(store)
+    with pytest.raises(exc.DBAPIError, match="read-only transaction"), store.read() as conn:
+        create_session(conn, session_id="s1", source="cli", now=1.0)
+    with store.read() as conn:
+        assert get_session(conn, "s1") is None
+    with store.write() as conn:  # the connection went back to the pool in a usable state
+        create_session(conn, session_id="s1", source="cli", now=1.0)
+    with store.read() as conn:
+        assert get_session(conn, "s1") is not None
+
+
+def test_reads_keep_the_statements_psycopg_prepared(store: Store) -> None:
+    """A ROLLBACK makes psycopg forget (and DEALLOCATE) what it prepared; reads end in COMMIT,
+    so a statement read once per transaction gets prepared and stays so."""
+    postgres_only(store)
+    with store.write() as conn:
+        create_session(conn, session_id="s1", source="cli", now=1.0)
+    query = select(sessions.c.id).where(sessions.c.id == "s1")
+    for _ in range(8):  # past psycopg's prepare threshold (5)
+        with store.read() as conn:
+            assert conn.execute(query).scalar() == "s1"
+    with store.read() as conn:
+        prepared = conn.execute(
+            text("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE :q"),
+            {"q": "SELECT sessions.id %"},
+        ).scalar()
+    assert prepared == 1
+
+
+def test_terminated_backends_cost_the_next_units_of_work_nothing(store: Store) -> None:
+    """Every pooled connection dead (as after a PostgreSQL restart): with no pre-ping, the
+    BEGIN finds each dead one, and every read and write still runs, on new backends."""
+    postgres_only(store)
+    with store.write() as conn:
+        create_session(conn, session_id="before", source="cli", now=1.0)
+    before = hold_every_connection(store)
+    terminate(store, before)
+    with store.write() as conn:
+        create_session(conn, session_id="after", source="cli", now=2.0)
+    with store.read() as conn:
+        assert get_session(conn, "before") is not None
+        assert get_session(conn, "after") is not None
+    after = hold_every_connection(store)
+    assert not set(after) & set(before)
+    terminate(store, after)
+    for n in range(PG_POOL_SIZE + 2):  # reads too find their dead connections and go on
+        with store.read() as conn:
+            assert get_session(conn, "after") is not None, n
