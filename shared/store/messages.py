@@ -48,6 +48,19 @@ _COLUMNS = (
 _INSERT = Prepared(
     insert(messages).values({name: bindparam(name) for name in _COLUMNS}).returning(messages.c.id)
 )
+# A turn's rows (the user's message, the reply, tool calls and results) in one INSERT of up to
+# _MANY rows: one round trip, and on PostgreSQL one run of the statement-level count trigger
+# instead of one per row. The rows of a VALUES list are inserted, and their ids drawn, in list
+# order on both databases (one statement, one backend, no parallel insert).
+_MANY = 8
+_INSERT_ROWS = {
+    n: Prepared(
+        insert(messages).values(
+            [{name: bindparam(f"{name}_{i}") for name in _COLUMNS} for i in range(n)]
+        )
+    )
+    for n in range(2, _MANY + 1)
+}
 _LAST = Prepared(
     select(messages)
     .where(messages.c.session_id == bindparam("b_session"))
@@ -135,8 +148,17 @@ def append_messages(
     if not rows:
         return
     _bump(conn, session_id, max(r.timestamp for r in rows), input_tokens, output_tokens)
-    for row in rows:  # one statement each: ids must follow the order (executemany may batch)
-        _INSERT.rowcount(conn, _values(session_id, row))
+    for start in range(0, len(rows), _MANY):  # one statement: ids follow the rows' order
+        chunk = rows[start : start + _MANY]
+        if len(chunk) == 1:
+            _INSERT.rowcount(conn, _values(session_id, chunk[0]))
+            continue
+        values = {
+            f"{name}_{i}": value
+            for i, row in enumerate(chunk)
+            for name, value in _values(session_id, row).items()
+        }
+        _INSERT_ROWS[len(chunk)].rowcount(conn, values)
 
 
 def transcript(

@@ -391,3 +391,41 @@ def test_an_older_store_is_counted_by_the_upgrade_and_kept_after(settings: Setti
         store.close()
     assert counts == {"a": 3, "b": 1, "c": 1}
     assert summary.by_source == [("cli", 2, 4), ("telegram", 1, 1)]
+
+
+@pytest.mark.parametrize("count", [1, 2, 8, 11])
+def test_a_turns_rows_are_appended_in_order_with_their_values(store: Store, count: int) -> None:
+    """append_messages puts up to 8 rows in one INSERT: ids still follow the rows' order, each
+    row keeps its own values, and the trigger-kept counters count every row."""
+    rows = [
+        message_rows.NewRow(
+            "tool" if i % 3 == 2 else ("user" if i % 2 == 0 else "assistant"),
+            None if i == 1 else f"row {i}",
+            10.0 + i,
+            tool_calls=[{"id": f"c{i}"}] if i % 3 == 1 else None,
+            tool_call_id=f"c{i}" if i % 3 == 2 else None,
+            tool_name="read" if i % 3 == 2 else None,
+            token_count=i * 1000 if i % 2 else None,
+            platform_message_id=f"m{i}" if i == 0 else None,
+        )
+        for i in range(count)
+    ]
+    with store.write() as conn:
+        new(conn, "a", now=1.0)
+        new(conn, "b", now=1.0)
+        message_rows.append_message(conn, "b", "user", "between", now=2.0)
+        message_rows.append_messages(conn, "a", rows, input_tokens=5, output_tokens=7)
+    with store.read() as conn:
+        stored = message_rows.transcript(conn, "a")
+        record = session_rows.get_session(conn, "a")
+        assert counter_drift(conn) == []
+    assert [m.id for m in stored] == sorted(m.id for m in stored)
+    assert [
+        (m.role, m.content, m.timestamp, m.tool_call_id, m.tool_name, m.token_count) for m in stored
+    ] == [
+        (r.role, r.content, r.timestamp, r.tool_call_id, r.tool_name, r.token_count) for r in rows
+    ]
+    assert [m.platform_message_id for m in stored][:1] == ["m0"]
+    assert record is not None and record.message_count == count
+    assert (record.input_tokens, record.output_tokens) == (5, 7)
+    assert record.last_active_at == 10.0 + count - 1
