@@ -95,6 +95,7 @@ def test_substring_windows_find_every_match_once_in_every_order(
                 matches.append(mid)
     matches.sort()
     monkeypatch.setattr(backend, "WINDOW_MIN_SPAN", 0, raising=postgresql)
+    monkeypatch.setattr(backend, "FEW", 0, raising=postgresql)  # no probe's few stand in
     monkeypatch.setattr(backend, "BATCH", batch)
     monkeypatch.setattr(backend, "SCAN_ROWS", 3)
     monkeypatch.setattr(backend, "SCAN_CHUNK", 2)

@@ -330,25 +330,48 @@ def _scanned(db: DB, tree: Node, filters: Filters, order: Order) -> Iterator[Hit
     yield cursor
 
 
+def _few_pieces(db: DB, tree: Node) -> list[int] | None:
+    """The messages holding every piece of `tree` when there are at most FEW, else None: a
+    rare piece is read from its index entry at once, where a window of the id range would
+    first list the window's ids (86 ms for the 1/4 window at 1.5M messages)."""
+    params: list[object] = []
+    narrowing = compile_substrings(tree, params)
+    with _index_only(db):
+        rows = db.execute(
+            f"SELECT m.id FROM messages AS m WHERE {ddl.unsegmented()} AND {narrowing}"
+            f" LIMIT {FEW + 1}",
+            params,
+        ).fetchall()
+    return None if len(rows) > FEW else [int(row[0]) for row in rows]
+
+
 def _indexed_substrings(
-    db: DB, tree: Node, filters: Filters, order: Order, cursor: int | None
+    db: DB,
+    tree: Node,
+    filters: Filters,
+    order: Order,
+    cursor: int | None,
+    few: list[int] | None,
 ) -> Iterator[Hit]:
     """Matches through the piece index in id order (past `cursor`), checked on the text, asked
     window by window (`_walk`): a piece in many messages (`的`, `配置`) has its matches in the
     newest window read and checked, not all of them for every batch."""
-    if compile_substrings(tree, []) is None:
+    if compile_substrings(tree, []) is None or few == []:
         return
-    edges = _windows(db, None, order)
+    edges = _windows(db, few, order)
 
     def query(past: int | None, edge: int | None, n: int) -> tuple[str, list[object]]:
         params: list[object] = []
-        narrowing = compile_substrings(tree, params)
+        # the probed ids are read by primary key: the pieces' condition would then be
+        # computed on each row's text (half a millisecond a message), not looked up
+        narrowing = "TRUE" if few is not None else compile_substrings(tree, params)
+        inside = _within(few, params)
         condition = predicate(tree, params)
         bound = _past(order, past, params) + _edge(order, edge, params)
         join, where = _filter_sql(filters, params)
         return (
             f"SELECT m.id, m.session_id FROM messages AS m{join}"
-            f" WHERE {ddl.unsegmented()} AND {narrowing} AND {condition}{bound}{where}"
+            f" WHERE {ddl.unsegmented()} AND {narrowing}{inside} AND {condition}{bound}{where}"
             f" ORDER BY m.id {_direction(order)} LIMIT {n}",
             params,
         )
@@ -365,7 +388,8 @@ def _indexed_substrings(
 def _substring_hits(db: DB, tree: Node, filters: Filters, order: Order) -> Iterator[Hit]:
     walk = Order.OLDEST if order is Order.OLDEST else Order.NEWEST
     cursor: int | None = None
-    if _short(tree):
+    few = None if compile_substrings(tree, []) is None else _few_pieces(db, tree)
+    if _short(tree) and few is None:  # a few matches are read at once, not looked for
         rest = True
         for item in _scanned(db, tree, filters, walk):
             if isinstance(item, Hit):
@@ -374,7 +398,7 @@ def _substring_hits(db: DB, tree: Node, filters: Filters, order: Order) -> Itera
                 rest, cursor = item is not None, item
         if not rest:
             return
-    yield from _indexed_substrings(db, tree, filters, walk, cursor)
+    yield from _indexed_substrings(db, tree, filters, walk, cursor, few)
 
 
 def hits(conn: Connection, query: Query, filters: Filters, order: Order) -> Iterator[Hit]:
