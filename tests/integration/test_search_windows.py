@@ -1,0 +1,105 @@
+"""A search with many matches asks the newest ids first on PostgreSQL, window by window (the last
+1/64 of the id range, 1/16, 1/4, the rest), on the word index and on the substring index: what
+it finds is exactly what one query over every id finds, in every order and on both databases;
+a match on a window's edge is found once, neither dropped nor counted twice (which would shift
+every later ranked window)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.db import Store
+from shared.search.backend import Filters, Order
+from shared.search.query import parse
+from tests.integration.search_kit import Log, backend_of
+
+pytestmark = pytest.mark.both_databases
+
+PADS = ("", " pad", " pad pad pad")  # shorter ranks higher: bm25 and ts_rank agree on it
+ROLES = ("user", "assistant")
+
+
+def _write(log: Log) -> list[tuple[int, int]]:
+    """Five sessions of 40 messages; every message but each seventh holds `walrus`, padded by
+    its place so ranks differ. (id, padding) of the matches, in id order."""
+    matches: list[tuple[int, int]] = []
+    for s in range(5):
+        texts = ["nothing here" if i % 7 == 3 else f"walrus{PADS[(i + s) % 3]}" for i in range(40)]
+        for text, mid in zip(texts, log.session(f"s{s}", texts), strict=True):
+            if text.startswith("walrus"):
+                matches.append((mid, text.count(" pad")))
+    return sorted(matches)
+
+
+def _hits(store: Store, order: Order, query: str = "walrus") -> list[int]:
+    backend = backend_of(store)
+    with store.read() as conn:
+        found = backend.hits(conn, parse(query), Filters(roles=ROLES), order)
+        return [hit.message_id for hit in found]
+
+
+def _ranked(matches: list[tuple[int, int]], window: int) -> list[int]:
+    """Relevance: the newest `window` matches ranked (least padding first, then newest), then
+    the next `window`..."""
+    newest = sorted(matches, reverse=True)
+    out: list[int] = []
+    for at in range(0, len(newest), window):
+        group = sorted(newest[at : at + window], key=lambda m: (m[1], -m[0]))
+        out += [mid for mid, _pad in group]
+    return out
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 5, 64])
+def test_windows_find_every_match_once_in_every_order(
+    store: Store, log: Log, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    backend = backend_of(store)
+    postgresql = store.dialect == "postgresql"
+    matches = _write(log)
+    # On PostgreSQL: windows however narrow the id range, the probe skipped (so its few
+    # matches do not stand in for the windows), and batches that end on and across edges.
+    monkeypatch.setattr(backend, "WINDOW_MIN_SPAN", 0, raising=postgresql)
+    monkeypatch.setattr(backend, "COMMON", 0, raising=postgresql)
+    monkeypatch.setattr(backend, "BATCH", batch)
+    monkeypatch.setattr(backend, "MAX_WINDOWS", 1000)  # every ranked window, however small
+    if postgresql:
+        with store.read() as conn:
+            db = conn.connection.driver_connection
+            assert len(backend._windows(db, None, Order.NEWEST)) == 3
+            assert len(backend._windows(db, None, Order.OLDEST)) == 3
+    ids = [mid for mid, _pad in matches]
+    assert _hits(store, Order.NEWEST) == ids[::-1]
+    assert _hits(store, Order.OLDEST) == ids
+    padded = [mid for mid, pad in matches if pad]  # a phrase: read as a bitmap on PostgreSQL
+    assert _hits(store, Order.NEWEST, '"walrus pad"') == padded[::-1]
+    assert _hits(store, Order.OLDEST, '"walrus pad"') == padded
+    for window in (1, 3, 4, 7, 256):
+        monkeypatch.setattr(backend, "RANK_WINDOW", window)
+        assert _hits(store, Order.RELEVANCE) == _ranked(matches, window), window
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 64])
+@pytest.mark.parametrize("query", ["中文", "中文日本"])
+def test_substring_windows_find_every_match_once_in_every_order(
+    store: Store, log: Log, monkeypatch: pytest.MonkeyPatch, batch: int, query: str
+) -> None:
+    """A short piece (`中文`: the newest messages checked directly first) and a longer one
+    (`中文日本`: its pieces' index entries) past the windows' edges."""
+    backend = backend_of(store)
+    postgresql = store.dialect == "postgresql"
+    matches: list[int] = []
+    for s in range(4):
+        texts = ["没有" if i % 5 == 2 else f"说中文日本{'的' * (i % 3)}" for i in range(40)]
+        for text, mid in zip(texts, log.session(f"s{s}", texts), strict=True):
+            if query in text:
+                matches.append(mid)
+    matches.sort()
+    monkeypatch.setattr(backend, "WINDOW_MIN_SPAN", 0, raising=postgresql)
+    monkeypatch.setattr(backend, "FEW", 0, raising=postgresql)  # no probe's few stand in
+    monkeypatch.setattr(backend, "BATCH", batch)
+    monkeypatch.setattr(backend, "SCAN_ROWS", 3)
+    monkeypatch.setattr(backend, "SCAN_CHUNK", 2)
+    assert _hits(store, Order.NEWEST, query) == matches[::-1]
+    assert _hits(store, Order.OLDEST, query) == matches
+    if postgresql:  # substring matches weigh nothing there: newest first (SQLite: bm25)
+        assert _hits(store, Order.RELEVANCE, query) == matches[::-1]
