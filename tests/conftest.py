@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,13 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 # assert on timing (a slow CI machine must not turn into a failure).
 hypothesis_settings.register_profile("hermes", database=None, deadline=None)
 hypothesis_settings.load_profile("hermes")
+
+# Started in the background by a non-interactive shell (`nohup … &`, some CI runners), this
+# process and every child would inherit SIGINT *ignored*: Python then installs no Ctrl-C
+# handler, and the tests that stop `hermes up` or the terminal with SIGINT would wait for a
+# process that never hears it. A handler of our own is reset to the default in each child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
