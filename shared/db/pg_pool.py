@@ -59,11 +59,10 @@ def _begun(engine: Engine, begin: bytes) -> Connection:
         try:
             _send_begin(conn, begin)
         except exc.DBAPIError as error:
+            conn.close()
             if not error.connection_invalidated:
-                conn.close()
                 raise
             last = error
-            conn.close()
             continue
         except BaseException:
             conn.close()
