@@ -19,6 +19,13 @@ little server work as it can:
   once; more backends than the server has cores to run them only adds switching and memory.
   A thread waits for a free connection (at most `pool_timeout` seconds): no code path may hold
   one connection of a Store while taking another from it (it could wait for itself).
+- A write transaction its client leaves idle for WRITE_IDLE_TIMEOUT is ended by the server
+  (`SET LOCAL idle_in_transaction_session_timeout`, sent with the BEGIN: no round trip of its
+  own). A worker host cut off from the network in the middle of a write would otherwise keep
+  its row locks (a session's route, the shared usage row) until TCP gives up on it, hours
+  later, and every worker needing those rows would wait with it. No write of ours leaves its
+  transaction idle for more than moments (nothing waits on a model or a platform inside one).
+  Reads are not limited: they hold no row locks, and an export may stream to a slow pipe.
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ from sqlalchemy import Connection, Engine, create_engine, exc
 PG_POOL_SIZE = 15
 PG_POOL_TIMEOUT = 30.0
 
-_BEGIN = b"BEGIN"
+WRITE_IDLE_TIMEOUT = "15s"
+
+_BEGIN = f"BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{WRITE_IDLE_TIMEOUT}'".encode()
 _BEGIN_READ_ONLY = b"BEGIN READ ONLY"
 
 

@@ -8,16 +8,17 @@ Terminating backends touches only the pids of this test's own store's connection
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import ExitStack
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import exc, select, text
+from sqlalchemy import exc, select, text, update
 
 from shared.db import Connection, Store
-from shared.db.pg_pool import PG_POOL_SIZE, pg_engine
+from shared.db.pg_pool import PG_POOL_SIZE, WRITE_IDLE_TIMEOUT, pg_engine
 from shared.db.schema import sessions
 from shared.store.sessions import create_session, get_session
 
@@ -83,6 +84,39 @@ def test_a_write_inside_read_is_refused(store: Store) -> None:
         create_session(conn, session_id="s1", source="cli", now=1.0)
     with store.read() as conn:
         assert get_session(conn, "s1") is not None
+
+
+def test_a_write_left_idle_is_ended_by_the_server_and_frees_its_rows(store: Store) -> None:
+    """A host cut off inside a write must not hold its row locks for hours (until TCP gives
+    up): the server ends a write idle for WRITE_IDLE_TIMEOUT, so the row is free again and the
+    stalled write commits nothing. Reads are not limited (an export may stream slowly)."""
+    postgres_only(store)
+    with store.write() as conn:
+        create_session(conn, session_id="s1", source="cli", now=1.0)
+    timeout = float(WRITE_IDLE_TIMEOUT.removesuffix("s"))
+    locked = threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def stalled_writer() -> None:
+        try:
+            with store.write() as conn:
+                conn.execute(update(sessions).where(sessions.c.id == "s1").values(title="stale"))
+                locked.set()
+                time.sleep(timeout + 3)  # the client goes silent, holding the row
+            outcome.append(None)
+        except BaseException as error:  # the failure is the point
+            outcome.append(error)
+
+    with store.read() as idle_read:  # open, and left idle, the whole time
+        writer = threading.Thread(target=stalled_writer)
+        writer.start()
+        assert locked.wait(30)
+        with store.write() as conn:  # waits on the row until the server ends the stalled write
+            conn.execute(update(sessions).where(sessions.c.id == "s1").values(title="fresh"))
+        writer.join(60)
+        assert len(outcome) == 1 and isinstance(outcome[0], exc.DBAPIError), outcome
+        # The read was idle as long as the write and longer: not ended, and sees the new title.
+        assert idle_read.execute(select(sessions.c.title)).scalar() == "fresh"
 
 
 def test_reads_keep_the_statements_psycopg_prepared(store: Store) -> None:
