@@ -89,8 +89,9 @@ def check_sends(
 def repeated_after_sigkill(
     telegram: FakeTelegram, host_ip: str, killed_at: float
 ) -> frozenset[tuple[str, str]]:
-    """(key, label) of replies sent twice whose first copy the killed host sent before its kill:
-    the window between Telegram accepting a reply and the worker recording that it did."""
+    """(key, label) of replies sent twice whose first copy the killed (or cut off) host sent
+    before its kill (its cut): the window between Telegram accepting a reply and the worker
+    recording that it did."""
     found = set()
     for key, sends in _sends(telegram).items():
         first: dict[str, dict[str, Any]] = {}
