@@ -5,7 +5,8 @@ honours, and the flush re-schedules itself instead of sleeping, freeing the work
 
 The lane's lease is short (`lane_ttl`) and the worker's Renewer extends it while a send is in
 flight, so a slow platform keeps its lane and a killed worker's lane is free again within
-seconds; a flush that lost its lease (paused, cut off) stops before its next send.
+seconds; a flush that lost its lease (paused, cut off) stops before its next send, and a send
+cut off midway is dropped by the kernel before the lease can move (workers/delivery/sockets.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from shared.db import Connection
 from shared.pipeline import leases, outbox
+from workers.delivery import sockets
 from workers.delivery.base import RetryLater, Undeliverable
 from workers.delivery.registry import UnknownPlatform
 from workers.renewer import Held
@@ -22,7 +24,7 @@ from workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-LANE_TTL = 10.0  # at most; a fleet with shorter session leases uses theirs (lane_ttl)
+LANE_TTL = sockets.LANE_TTL
 MAX_SEND_ATTEMPTS = 8
 BATCH = 50
 PAGE = 10
@@ -41,7 +43,7 @@ def lane_lease_name(lane: str) -> str:
 
 def lane_ttl(rt: Runtime) -> float:
     """How long a dead holder keeps a lane: LANE_TTL, or the session lease when shorter."""
-    return min(LANE_TTL, rt.lease_ttl)
+    return sockets.lane_ttl(rt.lease_ttl)
 
 
 @dataclass(frozen=True, slots=True)

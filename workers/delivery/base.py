@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from shared.pipeline.outbox import OutboxRow
 from shared.settings import Settings
+from workers.delivery import sockets
 from workers.delivery.live_message import LiveMessages, LocalLiveMessages
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Limiter
+from workers.delivery.sockets import SocketOption
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,11 @@ class SenderDeps:
     migrate_chat: Callable[[str, str, str], None]  # (platform, old id, new id) in state.db
     # Where each turn's streamed message is (stream_edits); shared through Redis like progress.
     live: LiveMessages = field(default_factory=LocalLiveMessages)
+
+    @property
+    def socket_options(self) -> Sequence[SocketOption]:
+        """For every connection the sender opens to its platform (workers/delivery/sockets.py)."""
+        return sockets.socket_options(self.settings.pipeline.lease_seconds)
 
 
 class MemorySender:

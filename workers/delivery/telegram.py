@@ -15,6 +15,8 @@
 - Forum topics get `message_thread_id`; in groups the first part replies to the user's message.
 - `stream_edits`: the streamed message is posted and edited (editMessageText) through the same
   buckets, and the reply's first part is an edit of it (workers/delivery/live_message.py).
+- Its connections drop a send cut off midway before the chat's lane can move
+  (workers/delivery/sockets.py).
 - The token is in every Bot API URL: nothing here logs a URL, and error text is redacted.
 """
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -34,6 +36,7 @@ from workers.delivery.base import RetryLater, SenderDeps, Sent, ThreadUnavailabl
 from workers.delivery.live_message import LiveMessages, MessageGone, finish_live
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
+from workers.delivery.sockets import SocketOption
 from workers.delivery.split import split_for
 
 log = logging.getLogger(__name__)
@@ -101,6 +104,7 @@ class TelegramSender:
         timeout: float = TIMEOUT,
         live: LiveMessages | None = None,
         stream_interval: float = 1.0,
+        socket_options: Sequence[SocketOption] = (),
     ) -> None:
         self.live = live
         self.stream_interval = stream_interval
@@ -110,6 +114,7 @@ class TelegramSender:
         self._progress = progress
         self._migrate = migrate
         self._timeout = timeout
+        self._socket_options = list(socket_options)
         self._loop = loop or LoopThread("hermes-telegram")
         self._loop.on_new_loop(self._forget_bot)
         self._bot: Any | None = None
@@ -133,6 +138,7 @@ class TelegramSender:
                     write_timeout=self._timeout,
                     connect_timeout=10.0,
                     pool_timeout=self._timeout,
+                    socket_options=self._socket_options,
                 ),
                 HTTPXRequest(connection_pool_size=1),
             ]
@@ -333,4 +339,5 @@ def build(conf: TelegramSettings, deps: SenderDeps) -> TelegramSender:
         migrate=partial(deps.migrate_chat, PLATFORM.name),
         live=deps.live if conf.stream_edits else None,
         stream_interval=conf.stream_edit_interval,
+        socket_options=deps.socket_options,
     )
