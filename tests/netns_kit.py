@@ -29,6 +29,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -177,6 +178,36 @@ class Network:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def network_for_test(*tools: str) -> Iterator[Network]:
+    """A fresh Network for one test, removed after it (and checked gone); the test skips where
+    namespaces are not permitted, except under CI=true, where it fails. `tools`: what else the
+    test runs inside its hosts."""
+    import pytest
+
+    why = available(*tools)
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"network namespaces are required under CI: {why}")
+        pytest.skip(f"network namespaces not permitted here: {why}")
+    sweep_stale()
+    # SIGTERM (a CI job cancelled) unwinds like Ctrl-C, so the teardown below still runs.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    net = Network()
+    try:
+        net.open()
+        yield net
+    finally:
+        net.close()
+        signal.signal(signal.SIGTERM, previous)
+        left = leftovers(net.tag, net.postmasters)
+        assert not left, f"left behind: {left}"
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _start_time(pid: int) -> str | None:

@@ -206,27 +206,8 @@ class Fleet:
 
 @pytest.fixture
 def network() -> Iterator[netns_kit.Network]:
-    why = netns_kit.available("redis-server", "initdb", "pg_ctl", "runuser")
-    if why is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"network namespaces are required under CI: {why}")
-        pytest.skip(f"network namespaces not permitted here: {why}")
-    netns_kit.sweep_stale()
-    # SIGTERM (a CI job cancelled) unwinds like Ctrl-C, so the teardown below still runs.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    net = netns_kit.Network()
-    try:
-        net.open()
+    with netns_kit.network_for_test("redis-server", "initdb", "pg_ctl", "runuser") as net:
         yield net
-    finally:
-        net.close()
-        signal.signal(signal.SIGTERM, previous)
-        left = netns_kit.leftovers(net.tag, net.postmasters)
-        assert not left, f"left behind: {left}"
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture
