@@ -16,6 +16,7 @@ and the reply's first part is an edit of it (workers/delivery/live_message.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -27,6 +28,7 @@ from workers.delivery.base import RetryLater, SenderDeps, Sent, ThreadUnavailabl
 from workers.delivery.live_message import LiveMessages, MessageGone, finish_live
 from workers.delivery.progress import Progress, namespace
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
+from workers.delivery.sockets import SocketOption, http_transport
 from workers.delivery.split import split_for
 
 PER_CHANNEL = PLATFORM.rate_limits["chat"]
@@ -57,6 +59,7 @@ class DiscordSender:
         nonce_prefix: str = "h",
         live: LiveMessages | None = None,
         stream_interval: float = 1.0,
+        socket_options: Sequence[SocketOption] = (),
     ) -> None:
         self.live = live
         self.stream_interval = stream_interval
@@ -65,6 +68,7 @@ class DiscordSender:
             base_url=api_base.rstrip("/") + "/",
             headers={"Authorization": f"Bot {token}", "User-Agent": USER_AGENT},
             timeout=TIMEOUT,
+            transport=http_transport(socket_options),
         )
         self._limiter = limiter
         self._progress = progress
@@ -228,4 +232,5 @@ def build(conf: DiscordSettings, deps: SenderDeps) -> DiscordSender:
         nonce_prefix=namespace(deps.settings.resolved_database_url)[:6],
         live=deps.live if conf.stream_edits else None,
         stream_interval=conf.stream_edit_interval,
+        socket_options=deps.socket_options,
     )

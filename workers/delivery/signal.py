@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,6 +32,7 @@ from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
 from workers.delivery.fetch import FetchFailed, _download, unreachable
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
+from workers.delivery.sockets import SocketOption, http_transport
 from workers.delivery.split import split_for
 
 log = logging.getLogger(__name__)
@@ -69,11 +71,20 @@ class SignalSender:
     reads_store = False
 
     def __init__(
-        self, *, account: str, api_base: str, limiter: Limiter, progress: Progress
+        self,
+        *,
+        account: str,
+        api_base: str,
+        limiter: Limiter,
+        progress: Progress,
+        socket_options: Sequence[SocketOption] = (),
     ) -> None:
         self._account = account
         self._client = httpx.Client(
-            base_url=api_base.rstrip("/"), timeout=TIMEOUT, follow_redirects=False
+            base_url=api_base.rstrip("/"),
+            timeout=TIMEOUT,
+            follow_redirects=False,
+            transport=http_transport(socket_options),
         )
         self._limiter = limiter
         self._progress = progress
@@ -150,6 +161,7 @@ def build(conf: SignalSettings, deps: SenderDeps) -> SignalSender:
         api_base=conf.api_base or DAEMON,
         limiter=deps.limiter,
         progress=deps.progress,
+        socket_options=deps.socket_options,
     )
 
 

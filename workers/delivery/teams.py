@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Sequence
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -63,6 +64,7 @@ from workers.delivery.base import (
 from workers.delivery.fetch import FetchFailed, UrlFetcher
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
+from workers.delivery.sockets import SocketOption, http_transport
 from workers.delivery.split import split_for
 
 PER_CHAT = PLATFORM.rate_limits["chat"]
@@ -174,11 +176,12 @@ class TeamsSender:
         limiter: Limiter,
         progress: Progress,
         service_urls: ServiceUrls | None = None,
+        socket_options: Sequence[SocketOption] = (),
     ) -> None:
         self._token = token
         self._api = api_base.rstrip("/")
         self._service_urls = service_urls
-        self._client = httpx.Client(timeout=TIMEOUT)
+        self._client = httpx.Client(timeout=TIMEOUT, transport=http_transport(socket_options))
         self._limiter = limiter
         self._progress = progress
         self._keys = bot_key(PLATFORM.name, app_id)
@@ -343,6 +346,7 @@ def build(conf: TeamsSettings, deps: SenderDeps) -> TeamsSender:
         limiter=deps.limiter,
         progress=deps.progress,
         service_urls=ServiceUrls(conf, deps.settings.resolved_database_url),
+        socket_options=deps.socket_options,
     )
 
 

@@ -22,6 +22,7 @@ The token is only ever in the Authorization header; error texts are redacted any
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -34,6 +35,7 @@ from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
 from workers.delivery.fetch import FetchFailed, UrlFetcher, unreachable
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
+from workers.delivery.sockets import SocketOption, http_transport
 from workers.delivery.split import split_for
 
 PER_NUMBER = PLATFORM.rate_limits["number"]
@@ -78,6 +80,7 @@ class WhatsAppSender:
         api_base: str,
         limiter: Limiter,
         progress: Progress,
+        socket_options: Sequence[SocketOption] = (),
     ) -> None:
         self._token = token
         self._number = phone_number_id
@@ -85,6 +88,7 @@ class WhatsAppSender:
             base_url=api_base.rstrip("/") + "/",
             headers={"Authorization": f"Bearer {token}"},
             timeout=TIMEOUT,
+            transport=http_transport(socket_options),
         )
         self._limiter = limiter
         self._progress = progress
@@ -245,6 +249,7 @@ def build(conf: WhatsAppSettings, deps: SenderDeps) -> WhatsAppSender:
         api_base=conf.api_base or GRAPH_API,
         limiter=deps.limiter,
         progress=deps.progress,
+        socket_options=deps.socket_options,
     )
 
 
