@@ -6,7 +6,9 @@
 - The client is twilio's own `Client` with a custom http client (the SDK's documented hook
   for proxies): requests to https://api.twilio.com go to `platforms.sms.api_base` instead
   (a regional edge, a proxy, or a fake on 127.0.0.1 in tests). No SDK retries: a retried
-  POST could send twice; the flush owns retrying.
+  POST could send twice; the flush owns retrying. Its requests session's connections (to
+  Twilio or to a proxy from the environment) drop a send cut off midway before the chat's
+  lane can move (workers/delivery/sockets.py).
 - Limits: about 1 message/s per recipient (bursts of 3) and per sending number (bursts of
   10), shared by the fleet; a 429 cools the sending number down for every worker.
 - Errors that will never succeed → Undeliverable: the recipient replied STOP (21610), the
@@ -23,6 +25,8 @@
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,6 +40,7 @@ from workers.delivery.base import RetryLater, SenderDeps, Sent, Undeliverable
 from workers.delivery.fetch import FetchFailed, _download, credential_origins, unreachable
 from workers.delivery.progress import Progress
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
+from workers.delivery.sockets import SocketOption
 from workers.delivery.split import split_for
 
 log = logging.getLogger(__name__)
@@ -68,8 +73,31 @@ class SendFailed(Exception):
     """A transient failure (connection dropped, 5xx); the flush retries with backoff."""
 
 
-def rebased_http_client(api_base: str, timeout: float = TIMEOUT) -> Any:
-    """twilio's TwilioHttpClient, sending what it would send to api.twilio.com to `api_base`."""
+def socket_options_adapter(options: Sequence[SocketOption]) -> Any:
+    """A requests HTTPAdapter whose connections, direct or through a proxy, carry urllib3's
+    default socket options (TCP_NODELAY) and `options`."""
+    from requests.adapters import HTTPAdapter
+    from urllib3.connection import HTTPConnection
+
+    chosen = [*HTTPConnection.default_socket_options, *options]
+
+    class SocketOptionsAdapter(HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **pool_kwargs: Any) -> None:
+            pool_kwargs["socket_options"] = chosen
+            super().init_poolmanager(*args, **pool_kwargs)
+
+        def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+            proxy_kwargs["socket_options"] = chosen
+            return super().proxy_manager_for(proxy, **proxy_kwargs)
+
+    return SocketOptionsAdapter(pool_maxsize=min(32, (os.cpu_count() or 1) + 4))
+
+
+def rebased_http_client(
+    api_base: str, timeout: float = TIMEOUT, socket_options: Sequence[SocketOption] = ()
+) -> Any:
+    """twilio's TwilioHttpClient, sending what it would send to api.twilio.com to `api_base`,
+    over connections that carry `socket_options`."""
     from twilio.http.http_client import TwilioHttpClient
 
     base = api_base.rstrip("/")
@@ -80,17 +108,20 @@ def rebased_http_client(api_base: str, timeout: float = TIMEOUT) -> Any:
                 url = base + url[len(TWILIO_API) :]
             return super().request(method, url, *args, **kwargs)
 
-    return RebasedHttpClient(timeout=timeout)
+    client = RebasedHttpClient(timeout=timeout)
+    for prefix in ("https://", "http://"):  # http: a plain api_base (a local proxy, a fake)
+        client.session.mount(prefix, socket_options_adapter(socket_options))
+    return client
 
 
-def twilio_client(conf: SmsSettings) -> Any:
+def twilio_client(conf: SmsSettings, socket_options: Sequence[SocketOption] = ()) -> Any:
     from twilio.rest import Client
 
     assert conf.token is not None and conf.account_sid is not None
     return Client(
         conf.account_sid,
         conf.token.get_secret_value(),
-        http_client=rebased_http_client(conf.api_base or TWILIO_API),
+        http_client=rebased_http_client(conf.api_base or TWILIO_API, socket_options=socket_options),
     )
 
 
@@ -177,7 +208,7 @@ def build(conf: SmsSettings, deps: SenderDeps) -> SmsSender:
         else {"from_": conf.from_number or ""}
     )
     return SmsSender(
-        client=twilio_client(conf),
+        client=twilio_client(conf, deps.socket_options),
         token=conf.token.get_secret_value(),
         sender=sender,
         limiter=deps.limiter,
