@@ -11,10 +11,13 @@ Limits: 1 message/s per room (burst 5) and the account's 0.2/s (burst 10), fleet
 M_FORBIDDEN / M_NOT_FOUND / M_UNKNOWN_TOKEN → Undeliverable. nio's own 429 retries are
 switched off (they would hold a worker slot). `open_thread` posts a seed message in the room
 and returns its event id: the thread's root, which replies then anchor an `m.thread` on.
+nio's HTTP session is ours (aiohttp, no proxy, as nio's own would be here), so its connections
+drop a send cut off midway before the room's lane can move (workers/delivery/sockets.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -28,6 +31,7 @@ from workers.delivery.base import RetryLater, SenderDeps, Sent, ThreadUnavailabl
 from workers.delivery.fetch import FetchFailed, _download, unreachable
 from workers.delivery.progress import Progress, namespace
 from workers.delivery.ratelimit import Bucket, Limiter, bot_key
+from workers.delivery.sockets import SocketOption, socket_factory
 from workers.delivery.split import split_for
 
 PER_ROOM = PLATFORM.rate_limits["room"]
@@ -68,7 +72,9 @@ class MatrixSender:
         progress: Progress,
         txn_prefix: str = "h",
         loop: LoopThread | None = None,
+        socket_options: Sequence[SocketOption] = (),
     ) -> None:
+        self._socket_options = tuple(socket_options)
         self._homeserver = homeserver.rstrip("/")
         self._user_id = user_id
         self._token = token
@@ -107,6 +113,7 @@ class MatrixSender:
         return Sent(",".join(done) if done else None)
 
     def _room_send(self, room: str, content: dict[str, Any], txn_id: str | None) -> str:
+        from aiohttp import ClientSession, ClientTimeout, TCPConnector
         from nio import AsyncClient, AsyncClientConfig, RoomSendResponse
 
         async def go() -> Any:
@@ -118,6 +125,11 @@ class MatrixSender:
             )
             client = AsyncClient(self._homeserver, self._user_id, config=config)
             client.access_token = self._token
+            # nio makes this session on first use when none is set; ours carries the options
+            client.client_session = ClientSession(
+                timeout=ClientTimeout(total=TIMEOUT),
+                connector=TCPConnector(socket_factory=socket_factory(self._socket_options)),
+            )
             try:
                 return await client.room_send(room, "m.room.message", content, tx_id=txn_id)
             finally:
@@ -201,6 +213,7 @@ def build(conf: MatrixSettings, deps: SenderDeps) -> MatrixSender:
         limiter=deps.limiter,
         progress=deps.progress,
         txn_prefix="h" + namespace(deps.settings.resolved_database_url)[:6],
+        socket_options=deps.socket_options,
     )
 
 
