@@ -34,6 +34,7 @@ SEARCH_INDEXES = {
     "ix_messages_search_words": ddl.WORDS_INDEX,
     "ix_messages_search_grams": ddl.GRAMS_INDEX,
     "ix_messages_unsegmented": ddl.UNSEGMENTED_INDEX,
+    "ix_messages_search_pairs": ddl.PAIRS_INDEX,
 }
 
 
@@ -135,6 +136,7 @@ def sizes(url: str) -> dict[str, Any]:
         words_column = size("SELECT sum(pg_column_size(search_words)) FROM messages")
         words_index = size("SELECT pg_relation_size('ix_messages_search_words')")
         grams_index = size("SELECT pg_relation_size('ix_messages_search_grams')")
+        pairs_index = size("SELECT pg_relation_size('ix_messages_search_pairs')")
         cjk = db.execute(f"SELECT count(*) FROM messages AS m WHERE {ddl.unsegmented()}").fetchone()
         return {
             "db_mb": size("SELECT pg_database_size(current_database())"),
@@ -142,7 +144,10 @@ def sizes(url: str) -> dict[str, Any]:
             "word_index_mb": words_index,
             "word_column_mb": words_column,
             "substring_index_mb": grams_index,
-            "index_overhead": round((words_index + words_column + grams_index) / raw, 3)
+            "pair_index_mb": pairs_index,
+            "index_overhead": round(
+                (words_index + words_column + grams_index + pairs_index) / raw, 3
+            )
             if raw
             else None,
             "cjk_messages": int(cjk[0]) if cjk else 0,

@@ -110,7 +110,11 @@ def test_a_word_query_probes_the_word_index_not_the_primary_key(store: Store, lo
         conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
         conn.exec_driver_sql("SET LOCAL enable_indexscan = off")
         plan = "\n".join(
-            str(row[0]) for row in conn.exec_driver_sql("EXPLAIN " + PROBE_SQL, ("'quokka'",))
+            str(row[0])
+            for row in conn.exec_driver_sql(
+                "EXPLAIN " + PROBE_SQL.format(matching="m.search_words @@ %s::tsquery"),
+                ("'quokka'",),
+            )
         )
     assert "ix_messages_search_words" in plan and "messages_pkey" not in plan, plan
     assert ids(call(store, query="quokka")) == ["old"]
@@ -132,7 +136,9 @@ def test_a_word_the_planner_knows_as_common_is_found_without_the_probe(
     with store.write() as conn:
         conn.exec_driver_sql("ANALYZE messages")
     with store.read() as conn:
-        estimate = backend._estimated_rows(conn.connection.driver_connection, "'walrus'")
+        estimate = backend._estimated_rows(
+            conn.connection.driver_connection, backend.Words("'walrus'")
+        )
     assert estimate > 10, estimate
 
     probed = call(store, query="walrus", sort=sort, limit=5)

@@ -20,12 +20,16 @@ Bounded work at any size:
   (`_walk`), stopping once a batch is full, so the planner reads one window's matches rather
   than all of them (or the primary key down to the oldest); a phrase is read as a bitmap
   in each window, never by walking the primary key. The hits are those of one query.
+- a phrase also narrows through the index of adjacent word pairs (`ddl.pairs`,
+  `compile_pairs`): the rows re-read to check positions are those holding its pairs, not every
+  row holding its words.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -35,6 +39,7 @@ from shared.search.backend import Filters, Hit, Order
 from shared.search.postgresql import ddl
 from shared.search.postgresql.compiler import (
     PIECE,
+    compile_pairs,
     compile_substrings,
     compile_words,
     fold,
@@ -61,7 +66,7 @@ SCAN_ROWS = 2000  # newest substring-indexed messages checked directly for a sho
 SCAN_CHUNK = 500
 RANK_NORMALIZATION = 1  # ts_rank divided by 1 + log(length): shorter messages first, like bm25
 FEW = 1000  # a word query with at most this many matches reads them all from the word index
-PROBE_SQL = f"SELECT m.id FROM messages AS m WHERE m.search_words @@ %s::tsquery LIMIT {FEW + 1}"
+PROBE_SQL = f"SELECT m.id FROM messages AS m WHERE {{matching}} LIMIT {FEW + 1}"
 # Above this many matches by the planner's estimate the probe is skipped: such a word is in the
 # column's most-common-elements statistics, so the estimate is measured, not guessed, and the
 # id-order walk finds a batch at once, while the probe would build the word's whole bitmap.
@@ -70,11 +75,30 @@ COMMON = 20 * FEW
 # 1/64 of the id range, 1/16, 1/4, then the rest, when the range spans at least this many ids.
 WINDOW_MIN_SPAN = 50_000
 WINDOW_SHARES = (64, 16, 4)
-ESTIMATE_SQL = (
-    "EXPLAIN (FORMAT JSON) SELECT 1 FROM messages AS m WHERE m.search_words @@ %s::tsquery"
-)
+ESTIMATE_SQL = "EXPLAIN (FORMAT JSON) SELECT 1 FROM messages AS m WHERE {matching}"
 
 DB = psycopg.Connection[Any]
+
+
+@dataclass(frozen=True)
+class Words:
+    """A word query: its tsquery, and the pairs tsquery its phrases narrow it by (or None)."""
+
+    tsquery: str
+    pairs: str | None = None
+
+    def matching(self, params: list[object]) -> str:
+        """The condition on `m` (its parameters appended)."""
+        params.append(self.tsquery)
+        if self.pairs is None:
+            return "m.search_words @@ %s::tsquery"
+        params.append(self.pairs)
+        return f"m.search_words @@ %s::tsquery AND {ddl.pairs()} @@ %s::tsquery"
+
+    @property
+    def phrase(self) -> bool:
+        """Whether it holds a phrase (words side by side: `compile_words` writes `<->`)."""
+        return "<->" in self.tsquery
 
 
 def _filter_sql(filters: Filters, params: list[object]) -> tuple[str, str]:
@@ -111,18 +135,20 @@ def _plain(only: bool) -> str:
     return f" AND NOT {ddl.unsegmented()}" if only else ""
 
 
-def _few(db: DB, tsquery: str) -> list[int] | None:
-    """Every message matching `tsquery` when there are at most FEW of them, else None.
+def _few(db: DB, words: Words) -> list[int] | None:
+    """Every message matching `words` when there are at most FEW of them, else None.
 
     Read through the word index only (bitmap scan, no id order): with `ORDER BY id LIMIT n`
     the planner walks the primary key and filters whenever it expects many matches, and for a
     word it misjudges as common that walk reads most of the table (seconds at 1.5M messages).
     A word the planner knows to be common (estimate over COMMON) is not probed: its bitmap
     would list most of the table before the first FEW+1 rows come back."""
-    if _estimated_rows(db, tsquery) > COMMON:
+    if _estimated_rows(db, words) > COMMON:
         return None
+    params: list[object] = []
+    sql = PROBE_SQL.format(matching=words.matching(params))
     with _index_only(db):
-        rows = db.execute(PROBE_SQL, [tsquery]).fetchall()
+        rows = db.execute(sql, params).fetchall()
     return None if len(rows) > FEW else [int(row[0]) for row in rows]
 
 
@@ -148,9 +174,10 @@ def _index_only(db: DB) -> Iterator[None]:
         )
 
 
-def _estimated_rows(db: DB, tsquery: str) -> float:
-    """The planner's estimate of the messages matching `tsquery` (planning only, no scan)."""
-    row = db.execute(ESTIMATE_SQL, [tsquery]).fetchone()
+def _estimated_rows(db: DB, words: Words) -> float:
+    """The planner's estimate of the messages matching `words` (planning only, no scan)."""
+    params: list[object] = []
+    row = db.execute(ESTIMATE_SQL.format(matching=words.matching(params)), params).fetchone()
     assert row is not None
     return float(row[0][0]["Plan"]["Plan Rows"])
 
@@ -224,34 +251,30 @@ def _walk(
     return rows
 
 
-def _phrase(tsquery: str) -> bool:
-    """Whether `tsquery` holds a phrase (words side by side: `compile_words` writes `<->`)."""
-    return "<->" in tsquery
-
-
 def _ordered_words(
-    db: DB, tsquery: str, filters: Filters, order: Order, plain: bool
+    db: DB, words: Words, filters: Filters, order: Order, plain: bool
 ) -> Iterator[Hit]:
     cursor: int | None = None
-    few = _few(db, tsquery)
+    few = _few(db, words)
     if few == []:
         return
     edges = _windows(db, few, order)
 
     def query(past: int | None, edge: int | None, n: int) -> tuple[str, list[object]]:
-        params: list[object] = [tsquery]
+        params: list[object] = []
+        matching = words.matching(params)
         inside = _within(few, params)
         bound = _past(order, past, params) + _edge(order, edge, params)
         join, where = _filter_sql(filters, params)
         return (
             f"SELECT m.id, m.session_id FROM messages AS m{join}"
-            f" WHERE m.search_words @@ %s::tsquery{inside}{bound}{where}{_plain(plain)}"
+            f" WHERE {matching}{inside}{bound}{where}{_plain(plain)}"
             f" ORDER BY m.id {_direction(order)} LIMIT {n}",
             params,
         )
 
     while True:
-        rows = _walk(db, order, edges, cursor, BATCH, query, _phrase(tsquery))
+        rows = _walk(db, order, edges, cursor, BATCH, query, words.phrase)
         for row in rows:
             yield Hit(int(row[0]), str(row[1]), 0.0, "words")
         if len(rows) < BATCH:
@@ -259,30 +282,31 @@ def _ordered_words(
         cursor = int(rows[-1][0])
 
 
-def _ranked_words(db: DB, tsquery: str, filters: Filters, plain: bool) -> Iterator[Hit]:
+def _ranked_words(db: DB, words: Words, filters: Filters, plain: bool) -> Iterator[Hit]:
     """ts_rank order inside windows of the newest RANK_WINDOW matches, newest window first;
     the rank is computed on the window's rows only."""
     upper: int | None = None
-    few = _few(db, tsquery)
+    few = _few(db, words)
     if few == []:
         return
     edges = _windows(db, few, Order.NEWEST)
 
     def query(past: int | None, edge: int | None, n: int) -> tuple[str, list[object]]:
-        params: list[object] = [tsquery, tsquery]
+        params: list[object] = [words.tsquery]
+        matching = words.matching(params)
         inside = _within(few, params)
         bound = _past(Order.NEWEST, past, params) + _edge(Order.NEWEST, edge, params)
         join, where = _filter_sql(filters, params)
         return (
             f"SELECT w.id, w.session_id, ts_rank(w.search_words, %s::tsquery,"
             f" {RANK_NORMALIZATION}) FROM (SELECT m.id, m.session_id, m.search_words"
-            f" FROM messages AS m{join} WHERE m.search_words @@ %s::tsquery{inside}{bound}"
+            f" FROM messages AS m{join} WHERE {matching}{inside}{bound}"
             f"{where}{_plain(plain)} ORDER BY m.id DESC LIMIT {n}) AS w",
             params,
         )
 
     for _ in range(MAX_WINDOWS):
-        rows = _walk(db, Order.NEWEST, edges, upper, RANK_WINDOW, query, _phrase(tsquery))
+        rows = _walk(db, Order.NEWEST, edges, upper, RANK_WINDOW, query, words.phrase)
         rows.sort(key=lambda r: (-float(r[2]), -int(r[0])))
         for row in rows:
             yield Hit(int(row[0]), str(row[1]), -float(row[2]), "words")
@@ -411,12 +435,13 @@ def hits(conn: Connection, query: Query, filters: Filters, order: Order) -> Iter
     streams: list[Iterator[Hit]] = []
     for word_tree, plain in ((routed.words, False), (routed.plain_words, True)):
         tsquery = None if word_tree is None else compile_words(word_tree)
-        if tsquery is None:
+        if word_tree is None or tsquery is None:
             continue
+        words = Words(tsquery, compile_pairs(word_tree))
         if order is Order.RELEVANCE:
-            streams.append(_ranked_words(db, tsquery, filters, plain))
+            streams.append(_ranked_words(db, words, filters, plain))
         else:
-            streams.append(_ordered_words(db, tsquery, filters, order, plain))
+            streams.append(_ordered_words(db, words, filters, order, plain))
     if routed.substrings is not None:
         streams.append(_substring_hits(db, routed.substrings, filters, order))
     if not streams:

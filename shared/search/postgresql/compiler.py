@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from itertools import pairwise
 
 from shared.search.postgresql import ddl
 from shared.search.query import All, Any, Node, Term
@@ -52,6 +53,29 @@ def compile_words(node: Node) -> str | None:
         if excluded is not None:
             expr = f"({expr} & !{excluded})"
     return expr
+
+
+def compile_pairs(node: Node) -> str | None:
+    """A tsquery on the pairs index (`ddl.pairs`) that every row matching the tree's words
+    matches, narrowed by its phrases: a phrase of n words holds its n - 1 adjacent pairs (the
+    last one a prefix when the phrase's last word is); a message indexed as `ddl.UNPAIRED` is
+    admitted by every phrase. None: no phrase narrows the tree (NOT is left to the words)."""
+    if isinstance(node, Term):
+        words = words_of(node.text)
+        if len(words) < 2:
+            return None
+        lexemes = [_lexeme(f"{a} {b}") for a, b in pairwise(words)]
+        if node.prefix:
+            lexemes[-1] += ":*"
+        return "((" + " & ".join(dict.fromkeys(lexemes)) + f") | {_lexeme(ddl.UNPAIRED)})"
+    if isinstance(node, Any):
+        options = [compile_pairs(option) for option in node.options]
+        if not options or any(e is None for e in options):
+            return None
+        return "(" + " | ".join(e for e in options if e is not None) + ")"
+    assert isinstance(node, All)
+    must = [e for e in map(compile_pairs, node.must) if e is not None]
+    return None if not must else "(" + " & ".join(must) + ")"
 
 
 def fold(text: str) -> str:
