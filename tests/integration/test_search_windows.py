@@ -103,3 +103,48 @@ def test_substring_windows_find_every_match_once_in_every_order(
     assert _hits(store, Order.OLDEST, query) == matches
     if postgresql:  # substring matches weigh nothing there: newest first (SQLite: bm25)
         assert _hits(store, Order.RELEVANCE, query) == matches[::-1]
+
+
+@pytest.mark.parametrize("drive", ["words", "pairs in windows", "pairs at once"])
+@pytest.mark.parametrize("batch", [1, 3, 64])
+def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
+    store: Store, log: Log, monkeypatch: pytest.MonkeyPatch, drive: str, batch: int
+) -> None:
+    """On PostgreSQL a phrase is read through the word index (its words' rows, positions
+    checked on each), or through the pairs index, window by window (a common pair) or in one
+    read (an uncommon one): every way finds exactly the phrase's matches, in every order."""
+    backend = backend_of(store)
+    postgresql = store.dialect == "postgresql"
+    matches = _write(log)
+    padded = [(mid, pad) for mid, pad in matches if pad]
+    monkeypatch.setattr(backend, "WINDOW_MIN_SPAN", 0, raising=postgresql)
+    monkeypatch.setattr(backend, "COMMON", 0, raising=postgresql)
+    monkeypatch.setattr(backend, "BATCH", batch)
+    monkeypatch.setattr(backend, "MAX_WINDOWS", 1000)
+    monkeypatch.setattr(backend, "PAIRS_BIAS", 0 if drive == "words" else 1e9, raising=postgresql)
+    monkeypatch.setattr(
+        backend, "FEW_PAIRS", 1e9 if drive == "pairs at once" else -1, raising=postgresql
+    )
+    if postgresql:
+        with store.read() as conn:
+            tree = parse('"walrus pad"').tree
+            words = backend._driven(conn.connection.driver_connection, tree, "'walrus' <-> 'pad'")
+        assert (words.pairs is None) == (drive == "words")
+        assert words.few_pairs == (drive == "pairs at once")
+    ids = [mid for mid, _pad in padded]
+    assert _hits(store, Order.NEWEST, '"walrus pad"') == ids[::-1]
+    assert _hits(store, Order.OLDEST, '"walrus pad"') == ids
+    assert _hits(store, Order.NEWEST, '"pad walrus"') == []
+    bias = backend.PAIRS_BIAS
+    for window in (1, 4, 256):
+        monkeypatch.setattr(backend, "RANK_WINDOW", window)
+        ranked = _hits(store, Order.RELEVANCE, '"walrus pad"')
+        assert sorted(ranked) == ids, window
+        # each window of the newest matches ranked within itself, as the word index ranks it
+        newest = ids[::-1]
+        for at in range(0, len(ids), window):
+            assert sorted(ranked[at : at + window]) == sorted(newest[at : at + window]), window
+        if postgresql:
+            monkeypatch.setattr(backend, "PAIRS_BIAS", 0)
+            assert ranked == _hits(store, Order.RELEVANCE, '"walrus pad"'), window
+            monkeypatch.setattr(backend, "PAIRS_BIAS", bias)

@@ -74,6 +74,10 @@ COMMON = 20 * FEW
 # A word search with more than FEW matches asks the newest ids first (`_walk`): the newest
 # 1/64 of the id range, 1/16, 1/4, then the rest, when the range spans at least this many ids.
 WINDOW_MIN_SPAN = 50_000
+# A pair outside the most common elements of the pairs index's statistics is estimated at
+# about half the rarest of them (5,696 rows here): it is in a few thousand rows at most.
+FEW_PAIRS = 8000
+PAIRS_BIAS = 4  # how much more rows a phrase's pairs may be estimated at and still drive it
 WINDOW_SHARES = (64, 16, 4)
 ESTIMATE_SQL = "EXPLAIN (FORMAT JSON) SELECT 1 FROM messages AS m WHERE {matching}"
 
@@ -82,18 +86,36 @@ DB = psycopg.Connection[Any]
 
 @dataclass(frozen=True)
 class Words:
-    """A word query: its tsquery, and the pairs tsquery its phrases narrow it by (or None)."""
+    """A word query: its tsquery; with `pairs`, the pairs index's tsquery that drives it.
+
+    Driven by the pairs index, the words are checked on each row the pairs admit, never read
+    from the word index: ANDed into one bitmap with a phrase (which GIN must re-check on the
+    row), every row's pairs would be computed again in that re-check (up to a millisecond for
+    a long message). `estimate`: the planner's count of the rows the index reads, once known."""
 
     tsquery: str
     pairs: str | None = None
+    estimate: float | None = None
 
     def matching(self, params: list[object]) -> str:
         """The condition on `m` (its parameters appended)."""
-        params.append(self.tsquery)
         if self.pairs is None:
+            params.append(self.tsquery)
             return "m.search_words @@ %s::tsquery"
-        params.append(self.pairs)
-        return f"m.search_words @@ %s::tsquery AND {ddl.pairs()} @@ %s::tsquery"
+        params.extend((self.pairs, self.tsquery))
+        return f"{ddl.pairs()} @@ %s::tsquery AND (m.search_words @@ %s::tsquery) IS TRUE"
+
+    @property
+    def ids(self) -> str:
+        """The id as the bounds of a window compare it. Driven by the pairs (a few thousand
+        rows), a bound is checked on those rows, not read as a bitmap of the primary key's
+        range, which the planner ANDs in and which costs 17 ms for 100,000 ids."""
+        return "(m.id + 0)" if self.few_pairs else "m.id"
+
+    @property
+    def few_pairs(self) -> bool:
+        """Driven by pairs the planner expects in at most FEW_PAIRS rows."""
+        return self.pairs is not None and self.estimate is not None and self.estimate <= FEW_PAIRS
 
     @property
     def phrase(self) -> bool:
@@ -119,11 +141,11 @@ def _filter_sql(filters: Filters, params: list[object]) -> tuple[str, str]:
     return join, where
 
 
-def _past(order: Order, cursor: int | None, params: list[object]) -> str:
+def _past(order: Order, cursor: int | None, params: list[object], column: str = "m.id") -> str:
     if cursor is None:
         return ""
     params.append(cursor)
-    return f" AND m.id {'>' if order is Order.OLDEST else '<'} %s"
+    return f" AND {column} {'>' if order is Order.OLDEST else '<'} %s"
 
 
 def _direction(order: Order) -> str:
@@ -143,7 +165,8 @@ def _few(db: DB, words: Words) -> list[int] | None:
     word it misjudges as common that walk reads most of the table (seconds at 1.5M messages).
     A word the planner knows to be common (estimate over COMMON) is not probed: its bitmap
     would list most of the table before the first FEW+1 rows come back."""
-    if _estimated_rows(db, words) > COMMON:
+    estimate = words.estimate if words.estimate is not None else _estimated_rows(db, words)
+    if estimate > COMMON:
         return None
     params: list[object] = []
     sql = PROBE_SQL.format(matching=words.matching(params))
@@ -182,6 +205,32 @@ def _estimated_rows(db: DB, words: Words) -> float:
     return float(row[0][0]["Plan"]["Plan Rows"])
 
 
+def _driven(db: DB, tree: Node, tsquery: str) -> Words:
+    """The word query of `tree`, driven by the index the planner expects to read fewer rows
+    from: the word index, or the pairs index when the tree's phrases narrow it (a phrase of two
+    common words: its pairs are in a few thousand messages, its words together in 40,000)."""
+    words = Words(tsquery)
+    by_words = _estimated_rows(db, words)
+    pairs = compile_pairs(tree)
+    if pairs is None:
+        return Words(tsquery, None, by_words)
+    params: list[object] = [pairs]
+    row = db.execute(
+        ESTIMATE_SQL.format(matching=f"{ddl.pairs()} @@ %s::tsquery"), params
+    ).fetchone()
+    assert row is not None
+    by_pairs = float(row[0][0]["Plan"]["Plan Rows"])
+    # The word index reads every row holding the phrase's words, wherever they stand, and the
+    # planner counts words as if they met by chance: 'again' & 'one' was estimated at 5,255 rows
+    # and held 12,637 (390 ms to re-check). A pair outside the column's most common elements is
+    # estimated as half the rarest of them (5,696 for 'again one', which is in 167 rows). So the
+    # pairs drive unless the words are far more selective (`"in the" quokka`).
+    read_by_words = _estimated_rows(db, Words(tsquery.replace(" <-> ", " & ")))
+    if by_pairs < PAIRS_BIAS * read_by_words:
+        return Words(tsquery, pairs, by_pairs)
+    return Words(tsquery, None, by_words)
+
+
 def _within(ids: list[int] | None, params: list[object]) -> str:
     """Restrict to the probed matches (a primary-key lookup), when there are few."""
     if ids is None:
@@ -207,12 +256,12 @@ def _windows(db: DB, few: list[int] | None, order: Order) -> list[int]:
     return sorted({high - span // share for share in WINDOW_SHARES}, reverse=True)
 
 
-def _edge(order: Order, edge: int | None, params: list[object]) -> str:
+def _edge(order: Order, edge: int | None, params: list[object], column: str = "m.id") -> str:
     """Keep a window's ids: from `edge` on toward the end the walk starts at."""
     if edge is None:
         return ""
     params.append(edge)
-    return f" AND m.id {'<' if order is Order.OLDEST else '>='} %s"
+    return f" AND {column} {'<' if order is Order.OLDEST else '>='} %s"
 
 
 def _walk(
@@ -251,20 +300,32 @@ def _walk(
     return rows
 
 
+def _reading(db: DB, words: Words, order: Order) -> tuple[list[int] | None, list[int]]:
+    """How a word query's matches are read: (the few matches probed, or None; the id windows).
+    Driven by the pairs of an uncommon phrase, no probe and no windows: the pairs index names a
+    few thousand rows at most, each read once by one query, where a probe or a window would
+    each read them all again. A common pair ('in the', 13,704 rows) is read window by window."""
+    if words.pairs is not None:
+        if words.few_pairs:
+            return None, []
+        return None, _windows(db, None, order)
+    few = _few(db, words)
+    return few, _windows(db, few, order)
+
+
 def _ordered_words(
     db: DB, words: Words, filters: Filters, order: Order, plain: bool
 ) -> Iterator[Hit]:
     cursor: int | None = None
-    few = _few(db, words)
+    few, edges = _reading(db, words, order)
     if few == []:
         return
-    edges = _windows(db, few, order)
 
     def query(past: int | None, edge: int | None, n: int) -> tuple[str, list[object]]:
         params: list[object] = []
         matching = words.matching(params)
         inside = _within(few, params)
-        bound = _past(order, past, params) + _edge(order, edge, params)
+        bound = _past(order, past, params, words.ids) + _edge(order, edge, params, words.ids)
         join, where = _filter_sql(filters, params)
         return (
             f"SELECT m.id, m.session_id FROM messages AS m{join}"
@@ -286,16 +347,16 @@ def _ranked_words(db: DB, words: Words, filters: Filters, plain: bool) -> Iterat
     """ts_rank order inside windows of the newest RANK_WINDOW matches, newest window first;
     the rank is computed on the window's rows only."""
     upper: int | None = None
-    few = _few(db, words)
+    few, edges = _reading(db, words, Order.NEWEST)
     if few == []:
         return
-    edges = _windows(db, few, Order.NEWEST)
 
     def query(past: int | None, edge: int | None, n: int) -> tuple[str, list[object]]:
         params: list[object] = [words.tsquery]
         matching = words.matching(params)
         inside = _within(few, params)
-        bound = _past(Order.NEWEST, past, params) + _edge(Order.NEWEST, edge, params)
+        bound = _past(Order.NEWEST, past, params, words.ids)
+        bound += _edge(Order.NEWEST, edge, params, words.ids)
         join, where = _filter_sql(filters, params)
         return (
             f"SELECT w.id, w.session_id, ts_rank(w.search_words, %s::tsquery,"
@@ -437,7 +498,7 @@ def hits(conn: Connection, query: Query, filters: Filters, order: Order) -> Iter
         tsquery = None if word_tree is None else compile_words(word_tree)
         if word_tree is None or tsquery is None:
             continue
-        words = Words(tsquery, compile_pairs(word_tree))
+        words = _driven(db, word_tree, tsquery)
         if order is Order.RELEVANCE:
             streams.append(_ranked_words(db, words, filters, plain))
         else:
