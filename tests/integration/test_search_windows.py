@@ -128,7 +128,9 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
     if postgresql:
         with store.read() as conn:
             tree = parse('"walrus pad"').tree
-            words = backend._driven(conn.connection.driver_connection, tree, "'walrus' <-> 'pad'")
+            words = backend._driven(
+                conn.connection.driver_connection, tree, "'walrus' <-> 'pad'", ROLES
+            )
         assert (words.pairs is None) == (drive == "words")
         assert words.few_pairs == (drive == "pairs at once")
     ids = [mid for mid, _pad in padded]

@@ -103,7 +103,10 @@ class Words:
             params.append(self.tsquery)
             return "m.search_words @@ %s::tsquery"
         params.extend((self.pairs, self.tsquery))
-        return f"{ddl.pairs()} @@ %s::tsquery AND (m.search_words @@ %s::tsquery) IS TRUE"
+        return (
+            f"{ddl.pairs()} @@ %s::tsquery AND {ddl.paired()}"
+            " AND (m.search_words @@ %s::tsquery) IS TRUE"
+        )
 
     @property
     def ids(self) -> str:
@@ -205,18 +208,19 @@ def _estimated_rows(db: DB, words: Words) -> float:
     return float(row[0][0]["Plan"]["Plan Rows"])
 
 
-def _driven(db: DB, tree: Node, tsquery: str) -> Words:
+def _driven(db: DB, tree: Node, tsquery: str, roles: Sequence[str]) -> Words:
     """The word query of `tree`, driven by the index the planner expects to read fewer rows
     from: the word index, or the pairs index when the tree's phrases narrow it (a phrase of two
-    common words: its pairs are in a few thousand messages, its words together in 40,000)."""
+    common words: its pairs are in a few thousand messages, its words together in 40,000) and
+    the search leaves out tool output (which the pairs index does)."""
     words = Words(tsquery)
     by_words = _estimated_rows(db, words)
-    pairs = compile_pairs(tree)
+    pairs = None if ddl.PAIRED_OUT in roles else compile_pairs(tree)
     if pairs is None:
         return Words(tsquery, None, by_words)
     params: list[object] = [pairs]
     row = db.execute(
-        ESTIMATE_SQL.format(matching=f"{ddl.pairs()} @@ %s::tsquery"), params
+        ESTIMATE_SQL.format(matching=f"{ddl.pairs()} @@ %s::tsquery AND {ddl.paired()}"), params
     ).fetchone()
     assert row is not None
     by_pairs = float(row[0][0]["Plan"]["Plan Rows"])
@@ -498,7 +502,7 @@ def hits(conn: Connection, query: Query, filters: Filters, order: Order) -> Iter
         tsquery = None if word_tree is None else compile_words(word_tree)
         if word_tree is None or tsquery is None:
             continue
-        words = _driven(db, word_tree, tsquery)
+        words = _driven(db, word_tree, tsquery, filters.roles)
         if order is Order.RELEVANCE:
             streams.append(_ranked_words(db, words, filters, plain))
         else:

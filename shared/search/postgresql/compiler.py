@@ -8,6 +8,7 @@ only structure, nothing typed is read as tsquery syntax.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from itertools import pairwise
@@ -55,19 +56,25 @@ def compile_words(node: Node) -> str | None:
     return expr
 
 
+def pair_key(first: str, second: str) -> str:
+    """The pairs index's key of two adjacent words (`ddl.PAIRS_FUNCTION` in Python)."""
+    digest = hashlib.sha256(f"{first} {second}".encode()).hexdigest()
+    return digest[: ddl.PAIR_KEY_CHARS]
+
+
 def compile_pairs(node: Node) -> str | None:
     """A tsquery on the pairs index (`ddl.pairs`) that every row matching the tree's words
-    matches, narrowed by its phrases: a phrase of n words holds its n - 1 adjacent pairs (the
-    last one a prefix when the phrase's last word is); a message indexed as `ddl.UNPAIRED` is
-    admitted by every phrase. None: no phrase narrows the tree (NOT is left to the words)."""
+    matches, narrowed by its phrases: a phrase of n words holds the keys of its n - 1 adjacent
+    pairs (but a last word typed as a prefix, whose pair has no one key). None: no phrase
+    narrows the tree (NOT is left to the words)."""
     if isinstance(node, Term):
         words = words_of(node.text)
+        if node.prefix:
+            words = words[:-1]
         if len(words) < 2:
             return None
-        lexemes = [_lexeme(f"{a} {b}") for a, b in pairwise(words)]
-        if node.prefix:
-            lexemes[-1] += ":*"
-        return "((" + " & ".join(dict.fromkeys(lexemes)) + f") | {_lexeme(ddl.UNPAIRED)})"
+        keys = dict.fromkeys(_lexeme(pair_key(a, b)) for a, b in pairwise(words))
+        return "(" + " & ".join(keys) + ")"
     if isinstance(node, Any):
         options = [compile_pairs(option) for option in node.options]
         if not options or any(e is None for e in options):

@@ -20,11 +20,15 @@ id, for the direct check of the newest ones (a very common character).
 Phrases: GIN keeps no positions, so `'the' <-> 'config'` alone makes PostgreSQL re-read every
 row holding both words to check that they stand side by side (42,000 rows for two common
 words at 1.5M messages, half a second). `ix_messages_search_pairs` (revision 0020) indexes
-each message's pairs of adjacent words, taken from `search_words`' own positions, so a phrase
-first narrows to the rows holding each of its pairs, which is exactly the rows matching it for
-two words. A message whose pairs would not fit a tsvector (a pair over a lexeme's 2,047 bytes,
-or over PAIRS_BYTES together) holds the one lexeme UNPAIRED instead, which every phrase's
-narrowing admits: such a message is still checked, never missed.
+each conversation message's pairs of adjacent words, taken from `search_words`' own
+positions, each as a key of PAIR_KEY_CHARS hex characters of the SHA-256 of 'first second'
+(UTF-8): a phrase first narrows to the rows holding the key of each of its pairs, a superset
+of its matches (every pair hashed to the same key comes along: with 2^20 keys, a few dozen
+rows more to check), and then checks its words on those rows. Keys keep the index small
+whatever the words' lengths: with the pairs themselves as keys it was 2 GB at 1.5M messages,
+seven times the word index. Tool output (long, and searched only when asked for) is left
+out: the index is partial, `role <> 'tool'`, and a search that includes tool messages reads
+its phrases through the word index.
 """
 
 from __future__ import annotations
@@ -85,9 +89,7 @@ WORDS_COLUMN = (
     f" (to_tsvector('simple'::regconfig, hermes_search_words({indexed('')}))) STORED"
 )
 
-UNPAIRED = "unpaired"  # pairs always hold a space; no pair is this lexeme
-PAIR_BYTES = 2047  # a tsvector lexeme's limit
-PAIRS_BYTES = 512 * 1024  # a tsvector's lexemes hold at most 1 MB
+PAIR_KEY_CHARS = 5  # 2^20 keys
 
 
 def pairs(row: str = "m.") -> str:
@@ -95,25 +97,29 @@ def pairs(row: str = "m.") -> str:
     return f"hermes_search_pairs({row}search_words)"
 
 
-# Every two lexemes at adjacent positions, as the lexeme 'first second'; positions are the
+PAIRED_OUT = "tool"  # the role the pairs index leaves out
+
+
+def paired(row: str = "m.") -> str:
+    """The condition: the row is in the pairs index (written exactly so in queries)."""
+    return f"{row}role <> '{PAIRED_OUT}'"
+
+
+# Every two lexemes at adjacent positions, as the key of 'first second'; positions are the
 # tsvector's own (at most 256 a lexeme, clamped at 16,383), those the phrase operator reads.
 PAIRS_FUNCTION = f"""
 CREATE FUNCTION hermes_search_pairs(v tsvector) RETURNS tsvector
 LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURNS NULL ON NULL INPUT AS $$
-  SELECT CASE
-    WHEN coalesce(max(octet_length(pair)), 0) > {PAIR_BYTES}
-      OR coalesce(sum(octet_length(pair)), 0) > {PAIRS_BYTES}
-    THEN array_to_tsvector(ARRAY['{UNPAIRED}'])
-    ELSE array_to_tsvector(coalesce(array_agg(pair), ARRAY[]::text[]))
-  END
-  FROM (SELECT DISTINCT a.lexeme || ' ' || b.lexeme AS pair
-        FROM (SELECT lexeme, unnest(positions) AS p FROM unnest(v)) AS a
-        JOIN (SELECT lexeme, unnest(positions) AS p FROM unnest(v)) AS b ON b.p = a.p + 1
-       ) AS adjacent
+  SELECT array_to_tsvector(coalesce(array_agg(DISTINCT left(encode(sha256(convert_to(
+      a.lexeme || ' ' || b.lexeme, 'UTF8')), 'hex'), {PAIR_KEY_CHARS})), ARRAY[]::text[]))
+  FROM (SELECT lexeme, unnest(positions) AS p FROM unnest(v)) AS a
+  JOIN (SELECT lexeme, unnest(positions) AS p FROM unnest(v)) AS b ON b.p = a.p + 1
 $$
 """
 
-PAIRS_INDEX = f"CREATE INDEX ix_messages_search_pairs ON messages USING gin ({pairs('')})"
+PAIRS_INDEX = (
+    f"CREATE INDEX ix_messages_search_pairs ON messages USING gin ({pairs('')}) WHERE {paired('')}"
+)
 
 # Revision 0020.
 CREATE_PAIRS = [PAIRS_FUNCTION, PAIRS_INDEX]
