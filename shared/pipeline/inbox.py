@@ -205,7 +205,8 @@ def record_turns(
     """`record_turn` for each of `arriving` in order, inside one write transaction, with the
     same results (a later delivery of an event in the batch is its redelivery), in fewer
     statements: the batch's events are looked up in one, its new turns inserted in one, and
-    only the arrival counters are bumped turn by turn (that bump orders a key's turns).
+    only the arrival counters are bumped turn by turn, in order (that bump orders a key's
+    turns; on PostgreSQL the bumps go in one round trip, routes.bump_arrivals).
     Raises what a statement raised; the caller rolls back (the batch is one unit of work)."""
     by_platform: dict[str, list[str]] = {}
     for item in arriving:
@@ -217,20 +218,20 @@ def record_turns(
                 row["id"], row["session_key"], row["seq"], duplicate=True
             )
     first: dict[tuple[str, str], int] = {}  # an event new to the inbox → its place in the batch
-    rows: list[list[Any]] = []
-    arrivals: dict[int, routes.Arrival] = {}
     for index, item in enumerate(arriving):
-        turn, event = item.turn, (item.turn.platform, item.turn.event_id)
-        if event in seen or event in first:
-            continue
-        first[event] = index
-        place = routes.Place(
-            turn.platform, turn.chat_id, turn.chat_type, turn.thread_id, turn.user_id
-        )
-        arrivals[index] = routes.bump_arrival(
-            conn, item.key.key, place, item.now, claim_wake=claim_wake
-        )
-        row = _turn_row(turn, item.key, arrivals[index].seq, item.kind, item.now, None)
+        event = (item.turn.platform, item.turn.event_id)
+        if event not in seen and event not in first:
+            first[event] = index
+    new = [arriving[index] for index in first.values()]
+    bumped = routes.bump_arrivals(
+        conn,
+        [(item.key.key, _place(item.turn), item.now) for item in new],
+        claim_wake=claim_wake,
+    )
+    arrivals = dict(zip(first.values(), bumped, strict=True))
+    rows = []
+    for item, arrival in zip(new, bumped, strict=True):
+        row = _turn_row(item.turn, item.key, arrival.seq, item.kind, item.now, None)
         rows.append([row[column] for column in _TURN_COLUMNS])
     inserted = {
         (row["platform"], row["event_id"]): int(row["id"]) for row in _INSERT_TURN.many(conn, rows)
@@ -264,6 +265,10 @@ def record_turns(
             done = results[event]
             out.append(Recorded(done.turn_id, done.session_key, done.seq, duplicate=True))
     return out
+
+
+def _place(turn: InboundTurn) -> routes.Place:
+    return routes.Place(turn.platform, turn.chat_id, turn.chat_type, turn.thread_id, turn.user_id)
 
 
 def _turn_row(

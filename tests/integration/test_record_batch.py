@@ -15,6 +15,7 @@ from producers.intake import Checked, checked, record_all
 from shared.db import Store
 from shared.db.schema import inbox, routes
 from shared.pipeline import inbox as inbox_mod
+from shared.pipeline import routes as routes_mod
 from shared.settings import Settings
 from shared.turns import InboundTurn
 
@@ -97,3 +98,34 @@ def test_a_turn_that_cannot_be_recorded_fails_alone(
     assert isinstance(outcomes[1], RuntimeError)
     assert [isinstance(o, inbox_mod.Recorded) for o in (outcomes[0], outcomes[2])] == [True, True]
     assert set(_rows(store)) == {"f1", "f3"}
+
+
+def test_a_route_made_midway_by_another_writer_sends_the_batch_one_by_one(
+    store: Store, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL a batch's bumps go in one pipeline: a key whose route was missing at its
+    first bump and there at a later one was made by another transaction in between, so the
+    batch's order for it is not certain: that batch raises (and is recorded turn by turn)."""
+    if store.dialect != "postgresql":
+        pytest.skip("the bumps are pipelined on PostgreSQL only")
+    place = routes_mod.Place("telegram", "9", "dm", None, "9")
+    made_by_another = {
+        "next_seq": 2,
+        "lease_holder": None,
+        "lease_expires_at": None,
+        "wake_sent_at": None,
+        "wake_seq": None,
+    }
+    monkeypatch.setattr(
+        routes_mod._BUMP_SEQ_AND_CLAIM_WAKE,
+        "first_each",
+        lambda conn, params: [None, made_by_another],
+    )
+    with pytest.raises(routes_mod.ArrivalRace), store.write() as conn:
+        routes_mod.bump_arrivals(conn, [("k9", place, 1.0), ("k9", place, 1.0)], claim_wake=True)
+    batch = [_item(settings, "9", "g1"), _item(settings, "9", "g2")]
+    outcomes = record_all(store, batch, clock=_clock)  # the pipeline race: one by one
+    assert [(o.seq, o.duplicate) for o in outcomes if isinstance(o, inbox_mod.Recorded)] == [
+        (1, False),
+        (2, False),
+    ]
