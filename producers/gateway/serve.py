@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -143,6 +144,10 @@ async def serve(gateway: Gateway, mode: Mode, sock: socket.socket) -> None:
     described = registry.get(mode.platform)
     plugin, conf = receiver_plugin(described), conf_of(gateway.settings, described)
     await plugin.starting(gateway, conf, mode.options)
+    # What is loaded by now (modules, settings, the app, the store's statements) lives as long
+    # as the process: kept out of the collector's way, a full collection no longer walks those
+    # hundreds of thousands of objects (~4% of a receiver's CPU under load, in perf).
+    gc.freeze()
     http = asyncio.create_task(server.serve(sockets=[sock]), name="http")
     tasks = [http]
     extra = plugin.connection(gateway, conf, mode.options)

@@ -134,6 +134,33 @@ class Prepared:
 
         return self._run(conn, params, fetch)  # type: ignore[no-any-return]
 
+    def first_each(self, conn: Connection, params_seq: list[Params]) -> list[dict[str, Any] | None]:
+        """`first` for each of `params_seq`, in order. On psycopg all are sent at once (a
+        pipeline: one round trip for the lot instead of one each)."""
+        raw: Any = conn.connection.driver_connection
+        if self._pg is None or conn.dialect.driver != "psycopg" or len(params_seq) < 2:
+            return [self.first(conn, params) for params in params_seq]
+        import psycopg
+
+        sql, fixed = self._pg
+        values = [{**fixed, **params} for params in params_seq] if fixed else params_seq
+        found: list[dict[str, Any] | None] = []
+        try:
+            with raw.cursor() as cursor:
+                cursor.executemany(sql, values, returning=True)
+                while True:  # one result per parameter set, in order
+                    row = cursor.fetchone()
+                    found.append(dict(zip(self.columns, row, strict=True)) if row else None)
+                    if not cursor.nextset():
+                        break
+        except psycopg.Error as error:  # as Core would raise it: callers catch SQLAlchemy's
+            raise exc.DBAPIError.instance(
+                sql, None, error, psycopg.Error, dialect=conn.dialect
+            ) from error
+        if len(found) != len(params_seq):  # pragma: no cover - psycopg gives one per set
+            raise RuntimeError(f"{len(found)} results for {len(params_seq)} statements")
+        return found
+
     def all(self, conn: Connection, params: Params) -> list[dict[str, Any]]:
         def fetch(cursor: sqlite3.Cursor | None, result: Any) -> list[dict[str, Any]]:
             if cursor is None:

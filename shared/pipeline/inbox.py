@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -117,9 +117,17 @@ _TURN_COLUMNS = (
     "received_at",
     "flush_session_id",
 )
+# Looking up a batch's events at once: a statement per size, padded to a power of two.
+_FIND_MANY = 64
+_FIND_EVENTS: dict[int, Prepared] = {}
 # One event delivered twice at once (a platform's retry, two receivers) may race past
 # `find_event` on PostgreSQL: the second insert is skipped and it answers as a redelivery.
-_INSERT_TURN = InsertOrSkip(inbox, _TURN_COLUMNS, ["platform", "event_id"], [inbox.c.id])
+_INSERT_TURN = InsertOrSkip(
+    inbox,
+    _TURN_COLUMNS,
+    ["platform", "event_id"],
+    [inbox.c.id, inbox.c.platform, inbox.c.event_id],
+)
 _NEXT_OPEN = Prepared(
     select(inbox)
     .where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN)
@@ -160,6 +168,138 @@ def find_event(conn: Connection, platform: str, event_id: str) -> Recorded | Non
     return Recorded(row["id"], row["session_key"], row["seq"], duplicate=True)
 
 
+def _find_events(conn: Connection, platform: str, event_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The recorded turns among `event_ids` of `platform` (id, event_id, session_key, seq)."""
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(event_ids), _FIND_MANY):
+        chunk = list(event_ids[start : start + _FIND_MANY])
+        size = 1 << (len(chunk) - 1).bit_length()  # padded with the last id: one plan per size
+        stmt = _FIND_EVENTS.get(size)
+        if stmt is None:
+            stmt = _FIND_EVENTS[size] = Prepared(
+                select(inbox.c.id, inbox.c.event_id, inbox.c.session_key, inbox.c.seq).where(
+                    inbox.c.platform == bindparam("b_platform"),
+                    inbox.c.event_id.in_([bindparam(f"b_e{n}") for n in range(size)]),
+                )
+            )
+        params: dict[str, Any] = {"b_platform": platform}
+        for n in range(size):
+            params[f"b_e{n}"] = chunk[min(n, len(chunk) - 1)]
+        found.extend(stmt.all(conn, params))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Arriving:
+    """A turn for `record_turns`: its session key, kind and arrival time."""
+
+    turn: InboundTurn
+    key: SessionKey
+    kind: str
+    now: float
+
+
+def record_turns(
+    conn: Connection, arriving: Sequence[Arriving], *, claim_wake: bool = False
+) -> list[Recorded]:
+    """`record_turn` for each of `arriving` in order, inside one write transaction, with the
+    same results (a later delivery of an event in the batch is its redelivery), in fewer
+    statements: the batch's events are looked up in one, its new turns inserted in one, and
+    only the arrival counters are bumped turn by turn, in order (that bump orders a key's
+    turns; on PostgreSQL the bumps go in one round trip, routes.bump_arrivals).
+    Raises what a statement raised; the caller rolls back (the batch is one unit of work)."""
+    by_platform: dict[str, list[str]] = {}
+    for item in arriving:
+        by_platform.setdefault(item.turn.platform, []).append(item.turn.event_id)
+    seen: dict[tuple[str, str], Recorded] = {}
+    for platform, event_ids in by_platform.items():
+        for row in _find_events(conn, platform, event_ids):
+            seen[(platform, row["event_id"])] = Recorded(
+                row["id"], row["session_key"], row["seq"], duplicate=True
+            )
+    first: dict[tuple[str, str], int] = {}  # an event new to the inbox → its place in the batch
+    for index, item in enumerate(arriving):
+        event = (item.turn.platform, item.turn.event_id)
+        if event not in seen and event not in first:
+            first[event] = index
+    new = [arriving[index] for index in first.values()]
+    bumped = routes.bump_arrivals(
+        conn,
+        [(item.key.key, _place(item.turn), item.now) for item in new],
+        claim_wake=claim_wake,
+    )
+    arrivals = dict(zip(first.values(), bumped, strict=True))
+    rows = []
+    for item, arrival in zip(new, bumped, strict=True):
+        row = _turn_row(item.turn, item.key, arrival.seq, item.kind, item.now, None)
+        rows.append([row[column] for column in _TURN_COLUMNS])
+    inserted = {
+        (row["platform"], row["event_id"]): int(row["id"]) for row in _INSERT_TURN.many(conn, rows)
+    }
+    results: dict[tuple[str, str], Recorded] = {}
+    for event, index in first.items():
+        turn_id = inserted.get(event)
+        if turn_id is None:  # recorded meanwhile by another transaction (see record_turn)
+            found = find_event(conn, *event)
+            if found is None:  # pragma: no cover - the row that stopped our insert is there
+                raise RuntimeError(f"event {event[1]} neither recorded nor found")
+            results[event] = found
+            continue
+        arrival = arrivals[index]
+        results[event] = Recorded(
+            turn_id,
+            arriving[index].key.key,
+            arrival.seq,
+            duplicate=False,
+            lease_held=arrival.held,
+            wake_pending=arrival.wake_pending,
+        )
+    out: list[Recorded] = []
+    for index, item in enumerate(arriving):
+        event = (item.turn.platform, item.turn.event_id)
+        if event in seen:
+            out.append(seen[event])
+        elif first[event] == index:
+            out.append(results[event])
+        else:  # a second delivery in the same batch: a redelivery of the first
+            done = results[event]
+            out.append(Recorded(done.turn_id, done.session_key, done.seq, duplicate=True))
+    return out
+
+
+def _place(turn: InboundTurn) -> routes.Place:
+    return routes.Place(turn.platform, turn.chat_id, turn.chat_type, turn.thread_id, turn.user_id)
+
+
+def _turn_row(
+    turn: InboundTurn,
+    key: SessionKey,
+    seq: int,
+    kind: str,
+    now: float,
+    flush_session_id: str | None,
+) -> dict[str, Any]:
+    return {
+        "platform": turn.platform,
+        "event_id": turn.event_id,
+        "session_key": key.key,
+        "seq": seq,
+        "kind": kind,
+        "chat_id": turn.chat_id,
+        "chat_type": turn.chat_type,
+        "thread_id": turn.thread_id,
+        "user_id": turn.user_id,
+        "user_name": turn.user_name if key.shared else None,
+        "message_id": turn.message_id,
+        "reply_to": turn.reply_to,
+        "text": turn.text,
+        "attachments": turn.attachments_json(),
+        "status": WAITING,
+        "received_at": now,
+        "flush_session_id": flush_session_id,
+    }
+
+
 def record_turn(
     conn: Connection,
     turn: InboundTurn,
@@ -180,26 +320,7 @@ def record_turn(
     place = routes.Place(turn.platform, turn.chat_id, turn.chat_type, turn.thread_id, turn.user_id)
     arrival = routes.bump_arrival(conn, key.key, place, now, claim_wake=claim_wake)
     inserted = _INSERT_TURN.first(
-        conn,
-        {
-            "platform": turn.platform,
-            "event_id": turn.event_id,
-            "session_key": key.key,
-            "seq": arrival.seq,
-            "kind": kind,
-            "chat_id": turn.chat_id,
-            "chat_type": turn.chat_type,
-            "thread_id": turn.thread_id,
-            "user_id": turn.user_id,
-            "user_name": turn.user_name if key.shared else None,
-            "message_id": turn.message_id,
-            "reply_to": turn.reply_to,
-            "text": turn.text,
-            "attachments": turn.attachments_json(),
-            "status": WAITING,
-            "received_at": now,
-            "flush_session_id": flush_session_id,
-        },
+        conn, _turn_row(turn, key, arrival.seq, kind, now, flush_session_id)
     )
     if inserted is None:  # recorded meanwhile by another transaction (its arrival number
         seen = find_event(conn, turn.platform, turn.event_id)  # is the turn's; ours is unused)

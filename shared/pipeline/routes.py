@@ -8,6 +8,7 @@ see `leases` for the fencing rule and the named leases of delivery lanes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,14 +185,51 @@ def bump_arrival(
     return found
 
 
-def _bump(conn: Connection, key: str, now: float, *, claim_wake: bool) -> Arrival | None:
+class ArrivalRace(RuntimeError):
+    """In one batch of bumps a key's route was missing, then there: another transaction made it
+    between two of them, so the batch's arrival order for that key is not certain."""
+
+
+def bump_arrivals(
+    conn: Connection, arriving: Sequence[tuple[str, Place, float]], *, claim_wake: bool
+) -> list[Arrival]:
+    """`bump_arrival` for each (key, place, now), in order. On PostgreSQL the bumps of
+    existing routes go in one round trip (a pipeline); a key without a route yet gets its row
+    in order after them. Raises ArrivalRace if a key's route appeared midway (the caller rolls
+    back and records the turns one by one)."""
+    if conn.dialect.name != "postgresql" or len(arriving) < 2:
+        return [
+            bump_arrival(conn, key, place, now, claim_wake=claim_wake)
+            for key, place, now in arriving
+        ]
+    stmt = _BUMP_SEQ_AND_CLAIM_WAKE if claim_wake else _BUMP_SEQ
+    found = stmt.first_each(conn, [_bump_params(key, now, claim_wake) for key, _, now in arriving])
+    missing: set[str] = set()
+    out: list[Arrival] = []
+    for (key, place, now), route in zip(arriving, found, strict=True):
+        if route is None:
+            missing.add(key)
+            out.append(bump_arrival(conn, key, place, now, claim_wake=claim_wake))
+        elif key in missing:
+            raise ArrivalRace(f"route {key} was made by another transaction midway")
+        else:
+            out.append(_arrival(route, now, claim_wake))
+    return out
+
+
+def _bump_params(key: str, now: float, claim_wake: bool) -> dict[str, Any]:
     if claim_wake:
-        params = {"b_key": key, "b_now": now, "b_stale_before": now - WAKE_PENDING_SECONDS}
-        route = _BUMP_SEQ_AND_CLAIM_WAKE.first(conn, params)
-    else:
-        route = _BUMP_SEQ.first(conn, {"b_key": key, "b_now": now})
-    if route is None:
-        return None
+        return {"b_key": key, "b_now": now, "b_stale_before": now - WAKE_PENDING_SECONDS}
+    return {"b_key": key, "b_now": now}
+
+
+def _bump(conn: Connection, key: str, now: float, *, claim_wake: bool) -> Arrival | None:
+    stmt = _BUMP_SEQ_AND_CLAIM_WAKE if claim_wake else _BUMP_SEQ
+    route = stmt.first(conn, _bump_params(key, now, claim_wake))
+    return None if route is None else _arrival(route, now, claim_wake)
+
+
+def _arrival(route: dict[str, Any], now: float, claim_wake: bool) -> Arrival:
     expires = route["lease_expires_at"]
     held = route["lease_holder"] is not None and expires is not None and expires > now
     seq = int(route["next_seq"])

@@ -28,9 +28,9 @@ CHAT_TYPES = frozenset({DM, GROUP, CHANNEL, THREAD})
 
 def gateway_platforms() -> frozenset[str]:
     """The registered platforms (sessions made through them get 8 hex digits in their id)."""
-    from shared.platforms.registry import names
+    from shared.platforms.registry import name_set
 
-    return frozenset(names())
+    return name_set()
 
 
 def known_platforms() -> frozenset[str]:

@@ -16,6 +16,10 @@ GROUP = "hermes_fleet.platforms"
 _lock = threading.RLock()
 _installed: dict[str, Platform] | None = None
 _added: dict[str, Platform] = {}
+# The registered names as a set, computed once: every inbound turn is checked against it, and
+# building it (entry points merged, sorted) cost more than the rest of the check. Reset by
+# `register` and `unregister`.
+_name_set: frozenset[str] | None = None
 
 
 class UnknownPlatform(LookupError):
@@ -54,6 +58,16 @@ def names() -> list[str]:
     return list(platforms())
 
 
+def name_set() -> frozenset[str]:
+    """The registered platforms' names (cached until the registry changes)."""
+    global _name_set
+    found = _name_set
+    if found is None:
+        with _lock:
+            found = _name_set = frozenset(platforms())
+    return found
+
+
 def get(name: str) -> Platform:
     try:
         return platforms()[name]
@@ -64,10 +78,14 @@ def get(name: str) -> Platform:
 
 def register(descriptor: Platform) -> None:
     """Add a platform in this process (a plug-in built at run time, a test's throwaway one)."""
+    global _name_set
     with _lock:
         _added[descriptor.name] = descriptor
+        _name_set = None
 
 
 def unregister(name: str) -> None:
+    global _name_set
     with _lock:
         _added.pop(name, None)
+        _name_set = None
