@@ -146,3 +146,23 @@ def title_of(store: Store, sid: str) -> tuple[str | None, str | None]:
     with store.read() as conn:
         record = require_session(conn, sid)
     return record.title, record.title_source
+
+
+@contextmanager
+def pg_round_trips(conn: Connection, tmp: Path) -> Iterator[list[int]]:
+    """PostgreSQL: count the round trips (the server's ReadyForQuery messages, from libpq's
+    protocol trace) that `conn` makes inside the block; the count is in the list afterwards."""
+    from psycopg import pq
+
+    pgconn = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
+    path = tmp / f"trace-{id(conn)}.log"
+    counted: list[int] = []
+    with path.open("w") as handle:
+        pgconn.trace(handle.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            yield counted
+        finally:
+            pgconn.untrace()
+    lines = path.read_text(errors="replace").splitlines()
+    counted.append(sum(1 for line in lines if line.startswith("B\t") and "\tReadyForQuery" in line))
