@@ -113,14 +113,39 @@ def _wake_after_error(rt: Runtime, key: str) -> None:
         log.exception("could not re-wake %s after a failed drain", key)
 
 
-def _claim(conn: Connection, rt: Runtime, lease: leases.Lease, now: float) -> _Next:
-    """Inside a fenced write: mark the key's next turn running, or release the lease if none."""
-    turn = inbox.next_open_turn(conn, lease.name)
-    while turn is not None and turn.kind == MEMORY_FLUSH and not _flush_still_wanted(conn, turn):
-        inbox.finish_turn(conn, turn.id, inbox.CANCELLED, now, error="session already moved on")
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    """The outcome of the turn a write finishes before it claims the next one."""
+
+    turn_id: int
+    status: str
+    error: str | None = None
+
+
+def _claim(
+    conn: Connection,
+    rt: Runtime,
+    lease: leases.Lease,
+    now: float,
+    finished: _Finished | None = None,
+) -> _Next:
+    """Inside a fenced write: finish `finished` if given, then mark the key's next turn running,
+    or release the lease if none."""
+    if finished is None:
         turn = inbox.next_open_turn(conn, lease.name)
+        released = False
+    else:  # finishing, searching and (none open) releasing: one round trip on PostgreSQL
+        turn = inbox.finish_and_next(
+            conn, finished.turn_id, finished.status, now, finished.error, lease
+        )
+        released = turn is None
+    while turn is not None and turn.kind == MEMORY_FLUSH and not _flush_still_wanted(conn, turn):
+        moved_on = "session already moved on"
+        turn = inbox.finish_and_next(conn, turn.id, inbox.CANCELLED, now, moved_on, lease)
+        released = turn is None
     if turn is None:
-        routes.release_route(conn, lease)
+        if not released:
+            routes.release_route(conn, lease)
         return _Next("idle")
     if turn.not_before is not None and turn.not_before > now:
         return _Next("defer", turn, retry_in=turn.not_before - now)
@@ -444,8 +469,11 @@ def _commit(
         if title is not None:
             titles.write_auto_title(conn, session_id, title)
         error = reply.failed[:500] if reply.failed is not None else None
-        inbox.finish_turn(conn, turn.id, status, now, error=error)
-        following = _claim(conn, rt, held.lease, now) if claim else None
+        following = None
+        if claim:
+            following = _claim(conn, rt, held.lease, now, _Finished(turn.id, status, error))
+        else:
+            inbox.finish_turn(conn, turn.id, status, now, error=error)
         opened = None
         if last is not None and not in_store:
             opened = (last.lane, flush.open_lane(conn, holder, last.lane, now, flush.lane_ttl(rt)))

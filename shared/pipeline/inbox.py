@@ -23,6 +23,7 @@ from shared.db.prepared import Prepared
 from shared.db.schema import inbox
 from shared.db.schema import routes as routes_table
 from shared.pipeline import routes
+from shared.pipeline.leases import Lease
 from shared.session_key import SessionKey
 from shared.turns import InboundTurn
 
@@ -139,13 +140,14 @@ _MARK_RUNNING = Prepared(
         not_before=None,
     )
 )
-_FINISH = Prepared(
+_FINISHED = (
     update(inbox)
     .where(inbox.c.id == bindparam("b_id"))
     .values(
         status=bindparam("b_status"), finished_at=bindparam("b_now"), error=bindparam("b_error")
     )
 )
+_FINISH = Prepared(_FINISHED)
 _POSTPONE = (
     update(inbox)
     .where(inbox.c.id == bindparam("b_id"))
@@ -245,6 +247,51 @@ def cancelled_before(conn: Connection, key: str, seq: int, since: float) -> bool
 def next_open_turn(conn: Connection, key: str) -> TurnRow | None:
     """The oldest turn of `key` not yet finished (a `running` one was left by a dead worker)."""
     row = _NEXT_OPEN.first(conn, {"b_key": key})
+    return TurnRow.from_mapping(row) if row else None
+
+
+def _finish_and_next() -> Prepared:
+    """PostgreSQL: `finish_turn`, `next_open_turn` and, when no turn is open, `release_route`,
+    as one statement. Its sub-statements share one snapshot, in which the turn being finished
+    is still open: the search leaves it out by id."""
+    done = _FINISHED.returning(inbox.c.id).cte("done")
+    following = (
+        select(inbox)
+        .where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN, inbox.c.id != bindparam("b_id"))
+        .order_by(inbox.c.seq)
+        .limit(1)
+        .cte("following")
+    )
+    released = routes.release_unless(following).cte("released")
+    return Prepared(select(following).add_cte(done, released), dialect="postgresql")
+
+
+_FINISH_AND_NEXT = _finish_and_next()
+
+
+def finish_and_next(
+    conn: Connection, turn_id: int, status: str, now: float, error: str | None, lease: Lease
+) -> TurnRow | None:
+    """Inside the lease's fenced write (its route row locked by `routes.check_route`, so every
+    turn recorded for the key is visible): finish `turn_id`, and return the key's next open turn
+    or, when there is none, let the lease go. One round trip on PostgreSQL."""
+    if conn.dialect.name != "postgresql":
+        finish_turn(conn, turn_id, status, now, error=error)
+        turn = next_open_turn(conn, lease.name)
+        if turn is None:
+            routes.release_route(conn, lease)
+        return turn
+    row = _FINISH_AND_NEXT.first(
+        conn,
+        {
+            "b_id": turn_id,
+            "b_status": status,
+            "b_now": now,
+            "b_error": error,
+            "b_key": lease.name,
+            "b_fence": lease.fence,
+        },
+    )
     return TurnRow.from_mapping(row) if row else None
 
 

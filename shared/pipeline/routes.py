@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, case, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, case, exists, or_, select, update
 
 from shared.db.conflict import InsertOrSkip
 from shared.db.prepared import Prepared
@@ -45,11 +45,12 @@ _CHECK = Prepared(
         lease_expires_at=case((routes.c.lease_holder.is_(None), None), else_=bindparam("b_expires"))
     )
 )
-_RELEASE = Prepared(
+_LET_GO = (
     update(routes)
     .where(routes.c.session_key == bindparam("b_key"), routes.c.fence == bindparam("b_fence"))
     .values(lease_holder=None, lease_expires_at=None, wake_sent_at=None)
 )
+_RELEASE = Prepared(_LET_GO)
 _STOP_REQUESTED = select(routes.c.stop_requested_at).where(
     routes.c.session_key == bindparam("b_key")
 )
@@ -73,6 +74,12 @@ def check_route(conn: Connection, lease: Lease, now: float, ttl: float) -> None:
 
 def release_route(conn: Connection, lease: Lease) -> None:
     _RELEASE.rowcount(conn, {"b_key": lease.name, "b_fence": lease.fence})
+
+
+def release_unless(found: Any) -> Any:
+    """`release_route` (bound `b_key`, `b_fence`) as a statement that lets go only when `found`
+    (a CTE) has no row, for a caller that makes it part of one statement with its search."""
+    return _LET_GO.where(~exists(select(1).select_from(found)))
 
 
 def request_stop(conn: Connection, key: str, now: float) -> bool:
