@@ -9,10 +9,13 @@ import pytest
 from sqlalchemy import select
 
 from shared.db import Store
+from shared.db.errors import SessionNotFound
 from shared.db.schema import routes as routes_table
 from shared.pipeline import inbox, routes
 from shared.pipeline.leases import Lease
 from shared.session_key import SessionKey
+from shared.store import messages
+from shared.store.sessions import create_session, require_session
 from tests.integration.storekit import pg_round_trips
 from tests.pipeline_helpers import turn
 
@@ -70,3 +73,34 @@ def test_a_stale_fence_lets_nothing_go(store: Store, tmp_path: Path) -> None:
         assert inbox.finish_and_next(conn, only.turn_id, inbox.DONE, 6, None, old) is None
         holder = conn.execute(select(routes_table.c.lease_holder)).scalar_one()
     assert holder == "new"
+
+
+def test_a_turns_messages_and_the_session_bump_are_one_round_trip(
+    store: Store, tmp_path: Path
+) -> None:
+    """The activity and token bump and the rows (in order, counted by the trigger on PostgreSQL)
+    as one statement; past eight rows the rest follow as before."""
+    with store.write() as conn:
+        create_session(conn, session_id="s1", source="cli", now=1)
+    rows = [messages.NewRow("user" if n % 2 else "assistant", f"m{n}", 5 + n) for n in range(11)]
+    for chunk in (rows[:3], rows[3:]):
+        with store.write() as conn:
+            if store.dialect != "postgresql":
+                messages.append_messages(conn, "s1", chunk, input_tokens=4, output_tokens=2)
+                continue
+            with pg_round_trips(conn, tmp_path) as trips:
+                messages.append_messages(conn, "s1", chunk, input_tokens=4, output_tokens=2)
+            assert trips == [1 if len(chunk) <= 8 else 2]
+    with store.read() as conn:
+        session = require_session(conn, "s1")
+        stored = messages.transcript(conn, "s1")
+    assert [m.content for m in stored] == [f"m{n}" for n in range(11)]
+    assert (session.message_count, session.input_tokens, session.output_tokens) == (11, 8, 4)
+    assert session.last_active_at == 15
+
+
+def test_appending_to_a_missing_session_writes_nothing(store: Store) -> None:
+    with pytest.raises(SessionNotFound), store.write() as conn:
+        messages.append_messages(conn, "gone", [messages.NewRow("user", "hi", 1)])
+    with store.read() as conn:
+        assert messages.transcript(conn, "gone") == []
