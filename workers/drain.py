@@ -131,17 +131,19 @@ def _claim(
 ) -> _Next:
     """Inside a fenced write: finish `finished` if given, then mark the key's next turn running,
     or release the lease if none."""
+    # The next turn and (on PostgreSQL) its route's session state, read in one statement; with
+    # `finished`, finishing, searching and (none open) releasing are one round trip there.
     if finished is None:
-        turn = inbox.next_open_turn(conn, lease.name)
+        turn, route = inbox.next_turn_and_route(conn, lease.name)
         released = False
-    else:  # finishing, searching and (none open) releasing: one round trip on PostgreSQL
-        turn = inbox.finish_and_next(
+    else:
+        turn, route = inbox.finish_and_next(
             conn, finished.turn_id, finished.status, now, finished.error, lease
         )
         released = turn is None
     while turn is not None and turn.kind == MEMORY_FLUSH and not _flush_still_wanted(conn, turn):
         moved_on = "session already moved on"
-        turn = inbox.finish_and_next(conn, turn.id, inbox.CANCELLED, now, moved_on, lease)
+        turn, route = inbox.finish_and_next(conn, turn.id, inbox.CANCELLED, now, moved_on, lease)
         released = turn is None
     if turn is None:
         if not released:
@@ -151,7 +153,7 @@ def _claim(
         return _Next("defer", turn, retry_in=turn.not_before - now)
     if turn.attempts >= rt.settings.pipeline.max_attempts:
         return _Next("bury", turn)
-    session_id = current_session(conn, rt, turn)
+    session_id = current_session(conn, rt, turn, route)
     inbox.mark_running(conn, turn.id, session_id, now)
     return _Next("run", turn, session_id, started=now)
 
@@ -235,10 +237,14 @@ def _bury(rt: Runtime, held: Held, turn: inbox.TurnRow) -> None:
     flush.deliver_now(rt, outbox.lane_for(turn.platform, turn.chat_id))
 
 
-def current_session(conn: Connection, rt: Runtime, turn: inbox.TurnRow) -> str:
+def current_session(
+    conn: Connection, rt: Runtime, turn: inbox.TurnRow, route: Any | None = None
+) -> str:
     """The key's live session, created on first need (the lease makes this single-flight).
-    A terminal's session that was left still takes the turns sent to it (`resume`)."""
-    route = routes.session_state(conn, turn.session_key)
+    A terminal's session that was left still takes the turns sent to it (`resume`). `route`:
+    the key's `routes.session_state` if this transaction has read it already."""
+    if route is None:
+        route = routes.session_state(conn, turn.session_key)
     assert route is not None  # the turn's arrival made the route row
     live = route["live_id"]
     if live is not None and (

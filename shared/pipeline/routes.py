@@ -238,14 +238,17 @@ def forget_wake(conn: Connection, key: str, seq: int) -> None:
 
 # --- the session a route points at ---
 
+# What `session_state` reads, for a statement that reads it along with other rows.
+SESSION_STATE_COLUMNS = (
+    routes.c.pending_title,
+    sessions.c.id.label("live_id"),
+    sessions.c.ended_at,
+    sessions.c.end_reason,
+)
+SESSION_STATE_FROM = routes.outerjoin(sessions, sessions.c.id == routes.c.session_id)
 _SESSION_STATE = Prepared(
-    select(
-        routes.c.pending_title,
-        sessions.c.id.label("live_id"),
-        sessions.c.ended_at,
-        sessions.c.end_reason,
-    )
-    .select_from(routes.outerjoin(sessions, sessions.c.id == routes.c.session_id))
+    select(*SESSION_STATE_COLUMNS)
+    .select_from(SESSION_STATE_FROM)
     .where(routes.c.session_key == bindparam("b_key"))
 )
 _ATTACH = Prepared(

@@ -3,21 +3,25 @@ the statements they replace (both databases: SQLite runs the statement-per-step 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
+from producers.intake import accept
 from shared.db import Store
 from shared.db.errors import SessionNotFound
 from shared.db.schema import routes as routes_table
 from shared.pipeline import inbox, routes
 from shared.pipeline.leases import Lease
 from shared.session_key import SessionKey
+from shared.settings import Settings
 from shared.store import messages
 from shared.store.sessions import create_session, require_session
-from tests.integration.storekit import pg_round_trips
-from tests.pipeline_helpers import turn
+from tests.integration.storekit import pg_round_trips, pg_store_round_trips
+from tests.pipeline_helpers import make_runtime, transcript_of, turn
+from workers.drain import drain
 
 pytestmark = pytest.mark.both_databases
 
@@ -28,10 +32,13 @@ def _finish_and_next(
     with store.write() as conn:
         routes.check_route(conn, lease, 10, 30)  # as every fenced write begins
         if store.dialect != "postgresql":
-            return inbox.finish_and_next(conn, turn_id, status, 10, error, lease)
+            following, _ = inbox.finish_and_next(conn, turn_id, status, 10, error, lease)
+            return following
         with pg_round_trips(conn, tmp) as trips:
-            following = inbox.finish_and_next(conn, turn_id, status, 10, error, lease)
+            following, route = inbox.finish_and_next(conn, turn_id, status, 10, error, lease)
         assert trips == [1]
+        if following is not None:  # read with it: the route's session state
+            assert route is not None and route["live_id"] is None and route["pending_title"] is None
         return following
 
 
@@ -70,7 +77,7 @@ def test_a_stale_fence_lets_nothing_go(store: Store, tmp_path: Path) -> None:
         old = routes.acquire_route(conn, "k", "old", now=1, ttl=1)
         new = routes.acquire_route(conn, "k", "new", now=5, ttl=30)
         assert old is not None and new is not None
-        assert inbox.finish_and_next(conn, only.turn_id, inbox.DONE, 6, None, old) is None
+        assert inbox.finish_and_next(conn, only.turn_id, inbox.DONE, 6, None, old) == (None, None)
         holder = conn.execute(select(routes_table.c.lease_holder)).scalar_one()
     assert holder == "new"
 
@@ -104,3 +111,25 @@ def test_appending_to_a_missing_session_writes_nothing(store: Store) -> None:
         messages.append_messages(conn, "gone", [messages.NewRow("user", "hi", 1)])
     with store.read() as conn:
         assert messages.transcript(conn, "gone") == []
+
+
+def test_a_turn_of_a_running_session_costs_postgresql_few_round_trips(
+    settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    """The drain of one turn of a session that exists (the offline model: a reply, a usage row)
+    with its delivery (a memory sender) on PostgreSQL. The claim: BEGIN, lease, next turn with
+    its route, running, COMMIT. The context: BEGIN, the session, its history, COMMIT. The
+    outcome: BEGIN, fence, bump with the messages, the reply, finish with next/release, the
+    lane's lease, its rows, usage, COMMIT. The send: BEGIN, lane fence, sent, next rows, lane
+    released, COMMIT."""
+    if store.dialect != "postgresql":
+        pytest.skip("round trips are what a statement costs on PostgreSQL")
+    rt, _ = make_runtime(settings, store)
+    first = accept(store, rt.waker, turn(0), settings=settings, clock=time.time)
+    assert drain(rt, first.session_key).ran == 1
+    accept(store, rt.waker, turn(1), settings=settings, clock=time.time)
+    with pg_store_round_trips(store, tmp_path) as trips:
+        result = drain(rt, first.session_key)
+    assert (result.ran, result.reason) == (1, "idle")
+    assert trips == [24]
+    assert transcript_of(store, first.session_key)[-2][1] == "message 1"
