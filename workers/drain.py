@@ -66,6 +66,8 @@ class _Next:
     session_id: str | None = None
     started: float = 0.0
     retry_in: float | None = None
+    # The session and its recent history, when the claim's write read them (see _claim).
+    context: tuple[SessionRecord, list[MessageRecord]] | None = None
 
 
 _Opened = tuple[str, flush.Opened]  # a reply lane, opened in the turn's write
@@ -155,7 +157,19 @@ def _claim(
         return _Next("bury", turn)
     session_id = current_session(conn, rt, turn, route)
     inbox.mark_running(conn, turn.id, session_id, now)
-    return _Next("run", turn, session_id, started=now)
+    # On PostgreSQL the model's context is read here, two statements in this transaction, not
+    # in a read transaction of its own after it (BEGIN, the two, COMMIT: four round trips). On
+    # SQLite a read of its own costs no round trip, and here it would hold the one write lock.
+    context = None
+    if turn.kind != "command" and conn.dialect.name == "postgresql":
+        context = _context(conn, session_id)
+    return _Next("run", turn, session_id, started=now, context=context)
+
+
+def _context(conn: Connection, session_id: str) -> tuple[SessionRecord, list[MessageRecord]]:
+    """What the model is given of the session: its record and its last HISTORY_MESSAGES."""
+    session = session_rows.require_session(conn, session_id)
+    return session, messages.last_messages(conn, session_id, HISTORY_MESSAGES)
 
 
 def _flush_still_wanted(conn: Connection, turn: inbox.TurnRow) -> bool:
@@ -194,7 +208,9 @@ def _run_batch(rt: Runtime, held: Held, step: _Next, budget: int) -> DrainResult
             else:
                 assert step.session_id is not None
                 rt.renewer.restart_clock(held, step.started)
-                following = _run_turn(rt, held, step.turn, step.session_id, claim=more)
+                following = _run_turn(
+                    rt, held, step.turn, step.session_id, claim=more, context=step.context
+                )
                 rt.metrics.turn_timed(
                     step.turn.platform, step.turn.received_at, step.started, rt.clock()
                 )
@@ -296,9 +312,16 @@ def _terminal_id(conn: Connection, turn: inbox.TurnRow) -> str | None:
 
 
 def _run_turn(
-    rt: Runtime, held: Held, turn: inbox.TurnRow, session_id: str, *, claim: bool
+    rt: Runtime,
+    held: Held,
+    turn: inbox.TurnRow,
+    session_id: str,
+    *,
+    claim: bool,
+    context: tuple[SessionRecord, list[MessageRecord]] | None = None,
 ) -> _Next | None:
-    """Run a claimed turn; returns the next claim (None when `claim` is False: batch done)."""
+    """Run a claimed turn; returns the next claim (None when `claim` is False: batch done).
+    `context`: the session and its history if the claim read them."""
     command = parse_command(turn.text) if turn.kind == "command" else None
     if command is not None:
         if command.name in agent_commands.MODEL_COMMANDS:
@@ -306,9 +329,10 @@ def _run_turn(
         else:
             run_command(rt, held, turn, session_id, command)
         return _claim_next(rt, held) if claim else None
-    with rt.store.read() as conn:
-        session = session_rows.require_session(conn, session_id)
-        history = messages.last_messages(conn, session_id, HISTORY_MESSAGES)
+    if context is None:
+        with rt.store.read() as conn:
+            context = _context(conn, session_id)
+    session, history = context
     try:
         with typing_while(rt.senders, turn), streaming(rt, turn) as live:
             reply = rt.agent.respond(

@@ -22,7 +22,8 @@ from shared.settings import Settings
 from shared.store import messages
 from shared.store.sessions import create_session, require_session
 from tests.integration.storekit import pg_round_trips, pg_store_round_trips
-from tests.pipeline_helpers import make_runtime, transcript_of, turn
+from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
+from workers.agent.base import AgentRequest
 from workers.drain import drain
 
 pytestmark = pytest.mark.both_databases
@@ -120,10 +121,9 @@ def test_a_turn_of_a_running_session_costs_postgresql_few_round_trips(
 ) -> None:
     """The drain of one turn of a session that exists (the offline model: a reply, a usage row)
     with its delivery (a memory sender) on PostgreSQL. The claim: BEGIN, lease, next turn with
-    its route, running, COMMIT. The context: BEGIN, the session, its history, COMMIT. The
-    outcome: BEGIN, fence, bump with the messages, the reply, finish with next/release, the
-    lane's lease, its rows, usage, COMMIT. The send: BEGIN, lane fence, sent with next rows
-    and release, COMMIT."""
+    its route, running, the session and its history for the model, COMMIT. The outcome: BEGIN,
+    fence, bump with the messages, the reply, finish with next/release, the lane's lease, its
+    rows, usage, COMMIT. The send: BEGIN, lane fence, sent with next rows and release, COMMIT."""
     if store.dialect != "postgresql":
         pytest.skip("round trips are what a statement costs on PostgreSQL")
     rt, _ = make_runtime(settings, store)
@@ -133,7 +133,7 @@ def test_a_turn_of_a_running_session_costs_postgresql_few_round_trips(
     with pg_store_round_trips(store, tmp_path) as trips:
         result = drain(rt, first.session_key)
     assert (result.ran, result.reason) == (1, "idle")
-    assert trips == [22]
+    assert trips == [20]
     assert transcript_of(store, first.session_key)[-2][1] == "message 1"
 
 
@@ -172,3 +172,35 @@ def test_marking_a_reply_sent_hands_over_the_next_or_lets_the_lane_go(
         ).one()
     assert left == [] and holder is None
     assert tuple(first) == (outbox.SENT, "p1")
+
+
+def test_each_turn_of_a_batch_is_given_the_history_its_predecessors_wrote(
+    settings: Settings, store: Store
+) -> None:
+    """The turns after the first are claimed in their predecessor's outcome write (and on
+    PostgreSQL their session and history are read there too): each still sees every message
+    written before it, in its own session."""
+    seen: list[tuple[int, str | None, str | None]] = []
+
+    def reply(request: AgentRequest) -> str:
+        last = request.history[-1].content if request.history else None
+        seen.append((len(request.history), last, request.session.title))
+        return f"reply to {request.turn.text}"
+
+    rt, _ = make_runtime(settings, store, ScriptedAgent(reply=reply))
+    keys = {
+        accept(store, rt.waker, turn(n), settings=settings, clock=time.time).session_key
+        for n in range(3)
+    }
+    (key,) = keys
+    assert drain(rt, key).ran == 3
+    with store.read() as conn:
+        session_id = routes.route_session_id(conn, key)
+        assert session_id is not None
+        title = require_session(conn, session_id).title
+    assert [(n, last) for n, last, _ in seen] == [
+        (0, None),
+        (2, "reply to message 0"),
+        (4, "reply to message 1"),
+    ]
+    assert [t for _, _, t in seen] == [title] * 3  # as the session is (titled by a task)
