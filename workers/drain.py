@@ -66,6 +66,8 @@ class _Next:
     session_id: str | None = None
     started: float = 0.0
     retry_in: float | None = None
+    # The session and its recent history, when the claim's write read them (see _claim).
+    context: tuple[SessionRecord, list[MessageRecord]] | None = None
 
 
 _Opened = tuple[str, flush.Opened]  # a reply lane, opened in the turn's write
@@ -113,22 +115,61 @@ def _wake_after_error(rt: Runtime, key: str) -> None:
         log.exception("could not re-wake %s after a failed drain", key)
 
 
-def _claim(conn: Connection, rt: Runtime, lease: leases.Lease, now: float) -> _Next:
-    """Inside a fenced write: mark the key's next turn running, or release the lease if none."""
-    turn = inbox.next_open_turn(conn, lease.name)
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    """The outcome of the turn a write finishes before it claims the next one."""
+
+    turn_id: int
+    status: str
+    error: str | None = None
+
+
+def _claim(
+    conn: Connection,
+    rt: Runtime,
+    lease: leases.Lease,
+    now: float,
+    finished: _Finished | None = None,
+) -> _Next:
+    """Inside a fenced write: finish `finished` if given, then mark the key's next turn running,
+    or release the lease if none."""
+    # The next turn and (on PostgreSQL) its route's session state, read in one statement; with
+    # `finished`, finishing, searching and (none open) releasing are one round trip there.
+    if finished is None:
+        turn, route = inbox.next_turn_and_route(conn, lease.name)
+        released = False
+    else:
+        turn, route = inbox.finish_and_next(
+            conn, finished.turn_id, finished.status, now, finished.error, lease
+        )
+        released = turn is None
     while turn is not None and turn.kind == MEMORY_FLUSH and not _flush_still_wanted(conn, turn):
-        inbox.finish_turn(conn, turn.id, inbox.CANCELLED, now, error="session already moved on")
-        turn = inbox.next_open_turn(conn, lease.name)
+        moved_on = "session already moved on"
+        turn, route = inbox.finish_and_next(conn, turn.id, inbox.CANCELLED, now, moved_on, lease)
+        released = turn is None
     if turn is None:
-        routes.release_route(conn, lease)
+        if not released:
+            routes.release_route(conn, lease)
         return _Next("idle")
     if turn.not_before is not None and turn.not_before > now:
         return _Next("defer", turn, retry_in=turn.not_before - now)
     if turn.attempts >= rt.settings.pipeline.max_attempts:
         return _Next("bury", turn)
-    session_id = current_session(conn, rt, turn)
+    session_id = current_session(conn, rt, turn, route)
     inbox.mark_running(conn, turn.id, session_id, now)
-    return _Next("run", turn, session_id, started=now)
+    # On PostgreSQL the model's context is read here, two statements in this transaction, not
+    # in a read transaction of its own after it (BEGIN, the two, COMMIT: four round trips). On
+    # SQLite a read of its own costs no round trip, and here it would hold the one write lock.
+    context = None
+    if turn.kind != "command" and conn.dialect.name == "postgresql":
+        context = _context(conn, session_id)
+    return _Next("run", turn, session_id, started=now, context=context)
+
+
+def _context(conn: Connection, session_id: str) -> tuple[SessionRecord, list[MessageRecord]]:
+    """What the model is given of the session: its record and its last HISTORY_MESSAGES."""
+    session = session_rows.require_session(conn, session_id)
+    return session, messages.last_messages(conn, session_id, HISTORY_MESSAGES)
 
 
 def _flush_still_wanted(conn: Connection, turn: inbox.TurnRow) -> bool:
@@ -167,7 +208,9 @@ def _run_batch(rt: Runtime, held: Held, step: _Next, budget: int) -> DrainResult
             else:
                 assert step.session_id is not None
                 rt.renewer.restart_clock(held, step.started)
-                following = _run_turn(rt, held, step.turn, step.session_id, claim=more)
+                following = _run_turn(
+                    rt, held, step.turn, step.session_id, claim=more, context=step.context
+                )
                 rt.metrics.turn_timed(
                     step.turn.platform, step.turn.received_at, step.started, rt.clock()
                 )
@@ -210,10 +253,14 @@ def _bury(rt: Runtime, held: Held, turn: inbox.TurnRow) -> None:
     flush.deliver_now(rt, outbox.lane_for(turn.platform, turn.chat_id))
 
 
-def current_session(conn: Connection, rt: Runtime, turn: inbox.TurnRow) -> str:
+def current_session(
+    conn: Connection, rt: Runtime, turn: inbox.TurnRow, route: Any | None = None
+) -> str:
     """The key's live session, created on first need (the lease makes this single-flight).
-    A terminal's session that was left still takes the turns sent to it (`resume`)."""
-    route = routes.session_state(conn, turn.session_key)
+    A terminal's session that was left still takes the turns sent to it (`resume`). `route`:
+    the key's `routes.session_state` if this transaction has read it already."""
+    if route is None:
+        route = routes.session_state(conn, turn.session_key)
     assert route is not None  # the turn's arrival made the route row
     live = route["live_id"]
     if live is not None and (
@@ -265,9 +312,16 @@ def _terminal_id(conn: Connection, turn: inbox.TurnRow) -> str | None:
 
 
 def _run_turn(
-    rt: Runtime, held: Held, turn: inbox.TurnRow, session_id: str, *, claim: bool
+    rt: Runtime,
+    held: Held,
+    turn: inbox.TurnRow,
+    session_id: str,
+    *,
+    claim: bool,
+    context: tuple[SessionRecord, list[MessageRecord]] | None = None,
 ) -> _Next | None:
-    """Run a claimed turn; returns the next claim (None when `claim` is False: batch done)."""
+    """Run a claimed turn; returns the next claim (None when `claim` is False: batch done).
+    `context`: the session and its history if the claim read them."""
     command = parse_command(turn.text) if turn.kind == "command" else None
     if command is not None:
         if command.name in agent_commands.MODEL_COMMANDS:
@@ -275,9 +329,10 @@ def _run_turn(
         else:
             run_command(rt, held, turn, session_id, command)
         return _claim_next(rt, held) if claim else None
-    with rt.store.read() as conn:
-        session = session_rows.require_session(conn, session_id)
-        history = messages.last_messages(conn, session_id, HISTORY_MESSAGES)
+    if context is None:
+        with rt.store.read() as conn:
+            context = _context(conn, session_id)
+    session, history = context
     try:
         with typing_while(rt.senders, turn), streaming(rt, turn) as live:
             reply = rt.agent.respond(
@@ -444,8 +499,11 @@ def _commit(
         if title is not None:
             titles.write_auto_title(conn, session_id, title)
         error = reply.failed[:500] if reply.failed is not None else None
-        inbox.finish_turn(conn, turn.id, status, now, error=error)
-        following = _claim(conn, rt, held.lease, now) if claim else None
+        following = None
+        if claim:
+            following = _claim(conn, rt, held.lease, now, _Finished(turn.id, status, error))
+        else:
+            inbox.finish_turn(conn, turn.id, status, now, error=error)
         opened = None
         if last is not None and not in_store:
             opened = (last.lane, flush.open_lane(conn, holder, last.lane, now, flush.lane_ttl(rt)))

@@ -188,8 +188,12 @@ def _send_one(rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, *, look: 
 
     def mark_sent(conn: Connection) -> list[outbox.OutboxRow] | None:
         leases.check_named(conn, lease, rt.clock(), lane_ttl(rt))
+        if look:  # marking, looking and (nothing left) letting go: one round trip on PostgreSQL
+            lane = lease.name.removeprefix("lane:")
+            message_id, now = receipt.platform_message_id, rt.clock()
+            return outbox.mark_sent_and_next(conn, row.id, message_id, now, lease, lane, PAGE)
         outbox.mark_sent(conn, row.id, receipt.platform_message_id, rt.clock())
-        return _pending_or_release(conn, lease) if look else None
+        return None
 
     rows = rt.store.commit(mark_sent)
     metrics.replies_sent.labels(row.platform).inc()

@@ -23,6 +23,7 @@ from shared.db.prepared import Prepared
 from shared.db.schema import inbox
 from shared.db.schema import routes as routes_table
 from shared.pipeline import routes
+from shared.pipeline.leases import Lease
 from shared.session_key import SessionKey
 from shared.turns import InboundTurn
 
@@ -134,6 +135,19 @@ _NEXT_OPEN = Prepared(
     .order_by(inbox.c.seq)
     .limit(1)
 )
+# PostgreSQL: the next open turn with its route's session state (`routes.session_state`), read
+# together: the drain needs both to claim it, and each is a round trip there.
+_NEXT_OPEN_WITH_ROUTE = (
+    select(inbox, routes_table.c.session_key.label("route_key"), *routes.SESSION_STATE_COLUMNS)
+    .select_from(
+        inbox.outerjoin(
+            routes.SESSION_STATE_FROM, routes_table.c.session_key == inbox.c.session_key
+        )
+    )
+    .where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN)
+    .order_by(inbox.c.seq)
+    .limit(1)
+)
 _HAS_OPEN = select(inbox.c.id).where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN).limit(1)
 _GET_TURN = select(inbox).where(inbox.c.id == bindparam("b_id"))
 _MARK_RUNNING = Prepared(
@@ -147,13 +161,14 @@ _MARK_RUNNING = Prepared(
         not_before=None,
     )
 )
-_FINISH = Prepared(
+_FINISHED = (
     update(inbox)
     .where(inbox.c.id == bindparam("b_id"))
     .values(
         status=bindparam("b_status"), finished_at=bindparam("b_now"), error=bindparam("b_error")
     )
 )
+_FINISH = Prepared(_FINISHED)
 _POSTPONE = (
     update(inbox)
     .where(inbox.c.id == bindparam("b_id"))
@@ -367,6 +382,64 @@ def next_open_turn(conn: Connection, key: str) -> TurnRow | None:
     """The oldest turn of `key` not yet finished (a `running` one was left by a dead worker)."""
     row = _NEXT_OPEN.first(conn, {"b_key": key})
     return TurnRow.from_mapping(row) if row else None
+
+
+def _finish_and_next() -> Prepared:
+    """PostgreSQL: `finish_turn`, `next_open_turn` and, when no turn is open, `release_route`,
+    as one statement. Its sub-statements share one snapshot, in which the turn being finished
+    is still open: the search leaves it out by id."""
+    done = _FINISHED.returning(inbox.c.id).cte("done")
+    following = _NEXT_OPEN_WITH_ROUTE.where(inbox.c.id != bindparam("b_id")).cte("following")
+    released = routes.release_unless(following).cte("released")
+    return Prepared(select(following).add_cte(done, released), dialect="postgresql")
+
+
+_FINISH_AND_NEXT = _finish_and_next()
+_NEXT_OPEN_WITH_ROUTE_PREPARED = Prepared(_NEXT_OPEN_WITH_ROUTE, dialect="postgresql")
+
+
+# The next open turn, and its route's session state when it was read with it (else None).
+NextTurn = tuple[TurnRow | None, Mapping[str, Any] | None]
+
+
+def next_turn_and_route(conn: Connection, key: str) -> NextTurn:
+    """`next_open_turn`, and on PostgreSQL the route's `routes.session_state` read with it."""
+    if conn.dialect.name != "postgresql":
+        return next_open_turn(conn, key), None
+    return _turn_and_route(_NEXT_OPEN_WITH_ROUTE_PREPARED.first(conn, {"b_key": key}))
+
+
+def _turn_and_route(row: Mapping[str, Any] | None) -> NextTurn:
+    if row is None:
+        return None, None
+    return TurnRow.from_mapping(row), row if row["route_key"] is not None else None
+
+
+def finish_and_next(
+    conn: Connection, turn_id: int, status: str, now: float, error: str | None, lease: Lease
+) -> NextTurn:
+    """Inside the lease's fenced write (its route row locked by `routes.check_route`, so every
+    turn recorded for the key is visible): finish `turn_id`, and return the key's next open turn
+    (as `next_turn_and_route`) or, when there is none, let the lease go. One round trip on
+    PostgreSQL."""
+    if conn.dialect.name != "postgresql":
+        finish_turn(conn, turn_id, status, now, error=error)
+        turn = next_open_turn(conn, lease.name)
+        if turn is None:
+            routes.release_route(conn, lease)
+        return turn, None
+    row = _FINISH_AND_NEXT.first(
+        conn,
+        {
+            "b_id": turn_id,
+            "b_status": status,
+            "b_now": now,
+            "b_error": error,
+            "b_key": lease.name,
+            "b_fence": lease.fence,
+        },
+    )
+    return _turn_and_route(row)
 
 
 def get_turn(conn: Connection, turn_id: int) -> TurnRow | None:

@@ -8,8 +8,9 @@ can write nothing. A lease that was not renewed expires and the next taker bumps
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, case, exists, insert, or_, select, update
 
 from shared.db.like import ESCAPE, prefix_pattern
 from shared.db.prepared import Prepared
@@ -129,6 +130,12 @@ def release_named(conn: Connection, lease: Lease, *, cooldown_until: float | Non
         _RELEASE_NAMED.rowcount(conn, params)
     else:
         _RELEASE_NAMED_COOLING.rowcount(conn, {**params, "b_cooldown": cooldown_until})
+
+
+def release_named_unless(found: Any) -> Any:
+    """`release_named` (bound `b_name`, `b_fence`) as a statement that lets go only when `found`
+    (a CTE) has no row, for a caller that makes it part of one statement with its look."""
+    return _RELEASE_NAMED_STATEMENT.where(~exists(select(1).select_from(found)))
 
 
 def cooldown_until(conn: Connection, name: str, *, lock: bool = False) -> float | None:

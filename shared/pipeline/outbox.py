@@ -10,6 +10,8 @@ from sqlalchemy import Connection, Row, bindparam, func, insert, or_, select, up
 
 from shared.db.prepared import Prepared
 from shared.db.schema import outbox
+from shared.pipeline import leases
+from shared.pipeline.leases import Lease
 
 PENDING = "pending"
 SENT = "sent"
@@ -78,7 +80,7 @@ _PENDING = Prepared(
     .order_by(outbox.c.id)
     .limit(bindparam("b_limit"))
 )
-_MARK_SENT = Prepared(
+_SENT_ROW = (
     update(outbox)
     .where(outbox.c.id == bindparam("b_id"))
     .values(
@@ -88,6 +90,33 @@ _MARK_SENT = Prepared(
         attempts=outbox.c.attempts + 1,
     )
 )
+_MARK_SENT = Prepared(_SENT_ROW)
+
+
+def _sent_and_next() -> Prepared:
+    """PostgreSQL: `mark_sent`, `pending` and, when nothing is pending, `leases.release_named`,
+    as one statement. Its sub-statements share one snapshot, in which the row being marked is
+    still pending: the look leaves it out by id."""
+    sent = _SENT_ROW.returning(outbox.c.id).cte("sent")
+    following = (
+        select(outbox)
+        .where(
+            outbox.c.lane == bindparam("b_lane"),
+            outbox.c.status == PENDING,
+            outbox.c.id != bindparam("b_id"),
+        )
+        .order_by(outbox.c.id)
+        .limit(bindparam("b_limit"))
+        .cte("following")
+    )
+    released = leases.release_named_unless(following).cte("released")
+    return Prepared(
+        select(following).order_by(following.c.id).add_cte(sent, released),
+        dialect="postgresql",
+    )
+
+
+_SENT_AND_NEXT = _sent_and_next()
 _MARK_RETRY = (
     update(outbox)
     .where(outbox.c.id == bindparam("b_id"))
@@ -154,6 +183,36 @@ def pending(conn: Connection, lane: str, limit: int = 20) -> list[OutboxRow]:
 
 def mark_sent(conn: Connection, row_id: int, platform_message_id: str | None, now: float) -> None:
     _MARK_SENT.rowcount(conn, {"b_id": row_id, "b_message_id": platform_message_id, "b_now": now})
+
+
+def mark_sent_and_next(
+    conn: Connection,
+    row_id: int,
+    platform_message_id: str | None,
+    now: float,
+    lease: Lease,
+    lane: str,
+    limit: int,
+) -> list[OutboxRow]:
+    """Inside the lane's fenced write (its lease row written by `leases.check_named`): mark
+    `row_id` sent, and return the lane's next pending rows or, when there are none, let the
+    lease go. One round trip on PostgreSQL."""
+    if conn.dialect.name != "postgresql":
+        mark_sent(conn, row_id, platform_message_id, now)
+        rows = pending(conn, lane, limit=limit)
+        if not rows:
+            leases.release_named(conn, lease)
+        return rows
+    params = {
+        "b_id": row_id,
+        "b_message_id": platform_message_id,
+        "b_now": now,
+        "b_lane": lane,
+        "b_limit": limit,
+        "b_name": lease.name,
+        "b_fence": lease.fence,
+    }
+    return [OutboxRow.from_mapping(row) for row in _SENT_AND_NEXT.all(conn, params)]
 
 
 def mark_retry(

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, case, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, case, exists, or_, select, update
 
 from shared.db.conflict import InsertOrSkip
 from shared.db.prepared import Prepared
@@ -46,11 +46,12 @@ _CHECK = Prepared(
         lease_expires_at=case((routes.c.lease_holder.is_(None), None), else_=bindparam("b_expires"))
     )
 )
-_RELEASE = Prepared(
+_LET_GO = (
     update(routes)
     .where(routes.c.session_key == bindparam("b_key"), routes.c.fence == bindparam("b_fence"))
     .values(lease_holder=None, lease_expires_at=None, wake_sent_at=None)
 )
+_RELEASE = Prepared(_LET_GO)
 _STOP_REQUESTED = select(routes.c.stop_requested_at).where(
     routes.c.session_key == bindparam("b_key")
 )
@@ -74,6 +75,12 @@ def check_route(conn: Connection, lease: Lease, now: float, ttl: float) -> None:
 
 def release_route(conn: Connection, lease: Lease) -> None:
     _RELEASE.rowcount(conn, {"b_key": lease.name, "b_fence": lease.fence})
+
+
+def release_unless(found: Any) -> Any:
+    """`release_route` (bound `b_key`, `b_fence`) as a statement that lets go only when `found`
+    (a CTE) has no row, for a caller that makes it part of one statement with its search."""
+    return _LET_GO.where(~exists(select(1).select_from(found)))
 
 
 def request_stop(conn: Connection, key: str, now: float) -> bool:
@@ -269,14 +276,17 @@ def forget_wake(conn: Connection, key: str, seq: int) -> None:
 
 # --- the session a route points at ---
 
+# What `session_state` reads, for a statement that reads it along with other rows.
+SESSION_STATE_COLUMNS = (
+    routes.c.pending_title,
+    sessions.c.id.label("live_id"),
+    sessions.c.ended_at,
+    sessions.c.end_reason,
+)
+SESSION_STATE_FROM = routes.outerjoin(sessions, sessions.c.id == routes.c.session_id)
 _SESSION_STATE = Prepared(
-    select(
-        routes.c.pending_title,
-        sessions.c.id.label("live_id"),
-        sessions.c.ended_at,
-        sessions.c.end_reason,
-    )
-    .select_from(routes.outerjoin(sessions, sessions.c.id == routes.c.session_id))
+    select(*SESSION_STATE_COLUMNS)
+    .select_from(SESSION_STATE_FROM)
     .where(routes.c.session_key == bindparam("b_key"))
 )
 _ATTACH = Prepared(

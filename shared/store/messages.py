@@ -7,7 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, delete, insert, select, update
+from sqlalchemy import (
+    Connection,
+    bindparam,
+    case,
+    cast,
+    delete,
+    func,
+    insert,
+    select,
+    union_all,
+    update,
+)
 
 from shared.db.errors import SessionNotFound
 from shared.db.prepared import Prepared
@@ -22,7 +33,7 @@ def encode_tool_calls(tool_calls: Sequence[dict[str, Any]] | str | None) -> str 
     return json.dumps(list(tool_calls), ensure_ascii=False, separators=(",", ":"))
 
 
-_BUMP = Prepared(
+_BUMPED = (
     update(sessions)
     .where(sessions.c.id == bindparam("b_session"))
     .values(
@@ -34,6 +45,7 @@ _BUMP = Prepared(
         output_tokens=sessions.c.output_tokens + bindparam("b_out"),
     )
 )
+_BUMP = Prepared(_BUMPED)
 _COLUMNS = (
     "session_id",
     "role",
@@ -61,6 +73,27 @@ _INSERT_ROWS = {
     )
     for n in range(2, _MANY + 1)
 }
+
+
+def _bump_and_insert(n: int) -> Prepared:
+    """PostgreSQL: the session's activity bump and the INSERT of `n` rows as one statement. The
+    rows are inserted only once the bump found the session (a count of its RETURNING rows in
+    their WHERE), in list order (one plan, its branches run in turn; no parallel plan writes)."""
+    bumped = _BUMPED.returning(sessions.c.id).cte("bumped")
+    found = select(func.count()).select_from(bumped).scalar_subquery() > 0
+    rows = [
+        select(*[cast(bindparam(f"{c}_{i}"), messages.c[c].type).label(c) for c in _COLUMNS]).where(
+            found
+        )
+        for i in range(n)
+    ]
+    source = rows[0] if n == 1 else union_all(*rows)
+    return Prepared(
+        insert(messages).from_select(_COLUMNS, source).add_cte(bumped), dialect="postgresql"
+    )
+
+
+_BUMP_AND_INSERT = {n: _bump_and_insert(n) for n in range(1, _MANY + 1)}
 _LAST = Prepared(
     select(messages)
     .where(messages.c.session_id == bindparam("b_session"))
@@ -147,8 +180,21 @@ def append_messages(
     """Append a turn's messages in order with one activity bump (ids come in that order)."""
     if not rows:
         return
-    _bump(conn, session_id, max(r.timestamp for r in rows), input_tokens, output_tokens)
-    for start in range(0, len(rows), _MANY):  # one statement: ids follow the rows' order
+    now = max(r.timestamp for r in rows)
+    done = 0
+    if conn.dialect.name == "postgresql":  # the bump and the first rows: one round trip
+        done = min(len(rows), _MANY)
+        values = {
+            f"{name}_{i}": value
+            for i, row in enumerate(rows[:done])
+            for name, value in _values(session_id, row).items()
+        }
+        bump = {"b_session": session_id, "b_now": now, "b_in": input_tokens, "b_out": output_tokens}
+        if _BUMP_AND_INSERT[done].rowcount(conn, {**bump, **values}) == 0:
+            raise SessionNotFound(session_id)
+    else:
+        _bump(conn, session_id, now, input_tokens, output_tokens)
+    for start in range(done, len(rows), _MANY):  # one statement: ids follow the rows' order
         chunk = rows[start : start + _MANY]
         if len(chunk) == 1:
             _INSERT.rowcount(conn, _values(session_id, chunk[0]))

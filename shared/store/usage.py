@@ -10,6 +10,11 @@ in one order (table, then key), so concurrent writers on PostgreSQL queue instea
 deadlocking. The fleet-wide rollups (per day and per tool) are split into SHARDS rows per key,
 chosen by session: a rollup row stays locked until its turn commits, and with one row per key
 every worker of a fleet queued on it (reports sum the shards).
+
+On PostgreSQL all of it is one statement, one round trip: the ledger insert and the rollup
+upserts as data-modifying CTEs, each gated on the count of the one before it, so they still run
+(and lock) in that one order. SQLite runs them one by one in-process, where a statement costs
+no round trip.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, insert
+from sqlalchemy import Connection, Table, bindparam, cast, func, insert, literal, select, union_all
 from sqlalchemy.dialects import postgresql, sqlite
 
 from shared.db.errors import StoreError
@@ -134,6 +140,7 @@ class _Upsert:
         self, table: Table, keys: Sequence[str], adds: Sequence[str], fixed: Sequence[str] = ()
     ):
         columns = [*keys, *adds, *fixed]
+        self.table, self.keys, self.adds, self.columns = table, tuple(keys), tuple(adds), columns
         self._by_dialect: dict[str, Any] = {}
         for name, module in (("sqlite", sqlite), ("postgresql", postgresql)):
             stmt: Any = module.insert(table).values({c: bindparam(c) for c in columns})
@@ -142,6 +149,25 @@ class _Upsert:
                 set_={c: table.c[c] + stmt.excluded[c] for c in adds},
             )
             self._by_dialect[name] = Prepared(stmt) if name == "sqlite" else stmt
+
+    def from_rows(self, prefix: str, count: int, after: Any) -> Any:
+        """PostgreSQL's upsert of `count` rows bound as `<prefix><i>_<column>`, run once `after`
+        (a count of the previous step's rows) has been computed; it returns a row per row."""
+        table, columns = self.table, self.columns
+        rows = [
+            select(
+                *[cast(bindparam(f"{prefix}{i}_{c}"), table.c[c].type).label(c) for c in columns]
+            ).where(after.scalar_subquery() >= 0)
+            for i in range(count)
+        ]
+        stmt: Any = postgresql.insert(table).from_select(
+            columns, rows[0] if count == 1 else union_all(*rows)
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=list(self.keys),
+            set_={c: table.c[c] + stmt.excluded[c] for c in self.adds},
+        )
+        return stmt.returning(literal(1))
 
     def run(self, conn: Connection, values: dict[str, Any]) -> None:
         found = self._by_dialect.get(conn.dialect.name)
@@ -199,8 +225,31 @@ def record(conn: Connection, calls: Sequence[ModelCall], where: Where, pricing: 
         Priced(c, pricing.cost(c.model, c.input_tokens, c.output_tokens, c.cached_tokens))
         for c in calls
     ]
-    for item in items:
-        _INSERT.rowcount(conn, _ledger_row(where, item))
+    ledger = [_ledger_row(where, item) for item in items]
+    daily, per_session, tools = _rollups(items, where)
+    if conn.dialect.name == "postgresql":
+        shape = (len(ledger), len(daily), len(per_session), len(tools))
+        params: dict[str, Any] = {}
+        for prefix, rows in zip("ldst", (ledger, daily, per_session, tools), strict=True):
+            for i, row in enumerate(rows):
+                params.update({f"{prefix}{i}_{c}": v for c, v in row.items()})
+        _in_one_statement(*shape).rowcount(conn, params)
+        return
+    for row in ledger:
+        _INSERT.rowcount(conn, row)
+    for row in daily:
+        _DAILY.run(conn, row)
+    for row in per_session:
+        _SESSIONS.run(conn, row)
+    for row in tools:
+        _TOOLS.run(conn, row)
+
+
+Rows = list[dict[str, Any]]
+
+
+def _rollups(items: Sequence[Priced], where: Where) -> tuple[Rows, Rows, Rows]:
+    """The rollup rows the calls add to, each table's in key order (the order they lock in)."""
     daily: dict[tuple[int, str, str], list[Priced]] = defaultdict(list)
     per_session: dict[tuple[int, str], list[Priced]] = defaultdict(list)
     tools: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0])
@@ -213,13 +262,48 @@ def record(conn: Connection, calls: Sequence[ModelCall], where: Where, pricing: 
             counts[0] += 1
             counts[1] += int(use.failed)
     platform, shard = where.platform, shard_of(where)
-    for (day, model, kind), group in sorted(daily.items()):
-        key = {"day": day, "platform": platform, "model": model, "kind": kind, "shard": shard}
-        _DAILY.run(conn, {**key, **_daily(group)})
-    if where.session_id is not None:
-        for (day, model), group in sorted(per_session.items()):
-            key = {"day": day, "session_id": where.session_id, "platform": platform, "model": model}
-            _SESSIONS.run(conn, {**key, **_sums(group), "cron_job": where.cron_job})
-    for (day, model, tool), (count, failed) in sorted(tools.items()):
-        key = {"day": day, "platform": platform, "model": model, "tool": tool, "shard": shard}
-        _TOOLS.run(conn, {**key, "calls": count, "failures": failed})
+    daily_rows = [
+        {"day": day, "platform": platform, "model": model, "kind": kind, "shard": shard}
+        | _daily(group)
+        for (day, model, kind), group in sorted(daily.items())
+    ]
+    session_rows = (
+        [
+            {"day": day, "session_id": where.session_id, "platform": platform, "model": model}
+            | _sums(group)
+            | {"cron_job": where.cron_job}
+            for (day, model), group in sorted(per_session.items())
+        ]
+        if where.session_id is not None
+        else []
+    )
+    tool_rows = [
+        {"day": day, "platform": platform, "model": model, "tool": tool, "shard": shard}
+        | {"calls": count, "failures": failed}
+        for (day, model, tool), (count, failed) in sorted(tools.items())
+    ]
+    return daily_rows, session_rows, tool_rows
+
+
+@lru_cache(maxsize=64)
+def _in_one_statement(ledger: int, daily: int, sessions: int, tools: int) -> Prepared:
+    """PostgreSQL: the ledger rows and every rollup upsert as one statement. The sub-statements
+    of a WITH run in no promised order, so each waits for the previous one's RETURNING rows (a
+    count in its WHERE): rollup rows lock in the order of the statement-per-row path."""
+    steps: list[Any] = [
+        insert(usage_ledger)
+        .values([{c: bindparam(f"l{i}_{c}") for c in _LEDGER_COLUMNS} for i in range(ledger)])
+        .returning(literal(1))
+    ]
+    for prefix, count, upsert in (
+        ("d", daily, _DAILY),
+        ("s", sessions, _SESSIONS),
+        ("t", tools, _TOOLS),
+    ):
+        if not count:
+            continue
+        before = steps[-1].cte(f"step{len(steps)}")
+        steps[-1] = before
+        steps.append(upsert.from_rows(prefix, count, select(func.count()).select_from(before)))
+    *ctes, last = steps
+    return Prepared(last.add_cte(*ctes) if ctes else last, dialect="postgresql")

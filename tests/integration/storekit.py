@@ -146,3 +146,65 @@ def title_of(store: Store, sid: str) -> tuple[str | None, str | None]:
     with store.read() as conn:
         record = require_session(conn, sid)
     return record.title, record.title_source
+
+
+@contextmanager
+def pg_round_trips(conn: Connection, tmp: Path) -> Iterator[list[int]]:
+    """PostgreSQL: count the round trips (the server's ReadyForQuery messages, from libpq's
+    protocol trace) that `conn` makes inside the block; the count is in the list afterwards."""
+    from psycopg import pq
+
+    pgconn = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
+    path = tmp / f"trace-{id(conn)}.log"
+    counted: list[int] = []
+    with path.open("w") as handle:
+        pgconn.trace(handle.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            yield counted
+        finally:
+            pgconn.untrace()
+    lines = path.read_text(errors="replace").splitlines()
+    counted.append(sum(1 for line in lines if line.startswith("B\t") and "\tReadyForQuery" in line))
+
+
+@contextmanager
+def pg_store_round_trips(store: Store, tmp: Path) -> Iterator[list[int]]:
+    """PostgreSQL: count the round trips of every connection `store` checks out of its pool
+    inside the block (libpq's trace of each checkout); the count is in the list afterwards."""
+    from psycopg import pq
+    from sqlalchemy import event
+
+    traced: list[tuple[Any, Any, Path]] = []
+
+    def checkout(dbapi: Any, _record: Any, _proxy: Any) -> None:
+        path = tmp / f"checkout-{len(traced)}.log"
+        handle = path.open("w")
+        dbapi.pgconn.trace(handle.fileno())
+        dbapi.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        traced.append((dbapi, handle, path))
+
+    def checkin(dbapi: Any, _record: Any) -> None:
+        if dbapi is not None and not dbapi.closed:
+            dbapi.pgconn.untrace()
+
+    event.listen(store.engine, "checkout", checkout)
+    event.listen(store.engine, "checkin", checkin)
+    counted: list[int] = []
+    try:
+        yield counted
+    finally:
+        event.remove(store.engine, "checkout", checkout)
+        event.remove(store.engine, "checkin", checkin)
+        for dbapi, handle, _path in traced:
+            if not dbapi.closed:
+                dbapi.pgconn.untrace()
+            handle.close()
+    counted.append(
+        sum(
+            1
+            for _dbapi, _handle, path in traced
+            for line in path.read_text(errors="replace").splitlines()
+            if line.startswith("B\t") and "\tReadyForQuery" in line
+        )
+    )

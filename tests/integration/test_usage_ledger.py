@@ -19,14 +19,15 @@ from sqlalchemy import select
 
 from producers.intake import accept
 from shared.db import Store
-from shared.db.schema import usage_daily, usage_ledger, usage_sessions
+from shared.db.schema import usage_daily, usage_ledger, usage_sessions, usage_tools
 from shared.pipeline.inbox import get_turn
 from shared.pricing import Pricing
 from shared.settings import Settings, load_settings
 from shared.store import insights, usage
 from shared.store.sessions import end_session, prune_batch
-from shared.usage import ModelCall, day_of
+from shared.usage import ModelCall, ToolUse, day_of
 from tests.fakes.openai_server import FakeOpenAI, reply, running, tool_call
+from tests.integration.storekit import pg_round_trips
 from tests.pipeline_helpers import make_runtime, turn
 from workers.agent import titles
 from workers.agent.factory import build_agent
@@ -208,6 +209,58 @@ def test_records_add_to_the_rollups_and_the_report_sums_them(store: Store) -> No
     assert total.cost == pytest.approx(cost)
     assert total.unpriced_calls == 2 and total.estimated_calls == 2
     assert sum(report.daily_calls) == 6 and report.daily_calls[-2:] == [2, 4]
+
+
+def test_on_postgresql_a_record_is_one_round_trip_with_every_row(
+    store: Store, tmp_path: Path
+) -> None:
+    """The ledger rows and every rollup upsert (per day, per session, per tool; two models, two
+    days) go to PostgreSQL as one statement; the rows are those of the statement-per-row path
+    (the SQLite run checks the same figures through it)."""
+    now = time.time()
+    calls = [
+        *_calls(now),
+        ModelCall(
+            "reply",
+            "gpt-4o",
+            now,
+            10,
+            2,
+            5.0,
+            tools=(ToolUse("search"), ToolUse("search", failed=True), ToolUse("fetch")),
+        ),
+    ]
+    for _ in range(2):
+        with store.write() as conn:
+            if store.dialect == "postgresql":
+                with pg_round_trips(conn, tmp_path) as trips:
+                    usage.record(conn, calls, usage.Where("slack", "s-one", 7), Pricing())
+                assert trips == [1]
+            else:
+                usage.record(conn, calls, usage.Where("slack", "s-one", 7), Pricing())
+    with store.read() as conn:
+        ledger_rows = conn.execute(select(usage_ledger.c.turn_id)).scalars().all()
+        daily = conn.execute(
+            select(usage_daily.c.model, usage_daily.c.kind, usage_daily.c.calls)
+        ).all()
+        sessions = conn.execute(
+            select(usage_sessions.c.model, usage_sessions.c.calls, usage_sessions.c.input_tokens)
+        ).all()
+        tools = conn.execute(
+            select(usage_tools.c.tool, usage_tools.c.calls, usage_tools.c.failures)
+        ).all()
+    assert ledger_rows == [7] * 8
+    assert sorted(daily) == [
+        ("gpt-4o", "reply", 4),
+        ("gpt-4o", "tool_round", 2),
+        ("mystery-model", "title", 2),
+    ]
+    assert sorted(sessions) == [
+        ("gpt-4o", 2, 1_000),
+        ("gpt-4o", 4, 2_020),
+        ("mystery-model", 2, 120),
+    ]
+    assert sorted(tools) == [("fetch", 2, 0), ("search", 4, 2)]
 
 
 def _sessions_in_two_shards() -> tuple[str, str]:

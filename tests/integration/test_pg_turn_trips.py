@@ -1,0 +1,206 @@
+"""What a turn's writes cost PostgreSQL in round trips, and that the merged statements behave as
+the statements they replace (both databases: SQLite runs the statement-per-step path)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from producers.intake import accept
+from shared.db import Store
+from shared.db.errors import SessionNotFound
+from shared.db.schema import leases as leases_table
+from shared.db.schema import outbox as outbox_table
+from shared.db.schema import routes as routes_table
+from shared.pipeline import inbox, leases, outbox, routes
+from shared.pipeline.leases import Lease
+from shared.session_key import SessionKey
+from shared.settings import Settings
+from shared.store import messages
+from shared.store.sessions import create_session, require_session
+from tests.integration.storekit import pg_round_trips, pg_store_round_trips
+from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
+from workers.agent.base import AgentRequest
+from workers.drain import drain
+
+pytestmark = pytest.mark.both_databases
+
+
+def _finish_and_next(
+    store: Store, tmp: Path, turn_id: int, status: str, error: str | None, lease: Lease
+) -> inbox.TurnRow | None:
+    with store.write() as conn:
+        routes.check_route(conn, lease, 10, 30)  # as every fenced write begins
+        if store.dialect != "postgresql":
+            following, _ = inbox.finish_and_next(conn, turn_id, status, 10, error, lease)
+            return following
+        with pg_round_trips(conn, tmp) as trips:
+            following, route = inbox.finish_and_next(conn, turn_id, status, 10, error, lease)
+        assert trips == [1]
+        if following is not None:  # read with it: the route's session state
+            assert route is not None and route["live_id"] is None and route["pending_title"] is None
+        return following
+
+
+def test_finishing_a_turn_hands_over_the_next_or_lets_the_lease_go(
+    store: Store, tmp_path: Path
+) -> None:
+    key = SessionKey("k", shared=False)
+    with store.write() as conn:
+        first = inbox.record_turn(conn, turn(0), key, now=1)
+        second = inbox.record_turn(conn, turn(1), key, now=2)
+        lease = routes.acquire_route(conn, "k", "worker", now=3, ttl=30)
+        assert lease is not None
+        inbox.mark_running(conn, first.turn_id, "s1", 3)
+    following = _finish_and_next(store, tmp_path, first.turn_id, inbox.DONE, None, lease)
+    assert following is not None and following.id == second.turn_id
+    with store.read() as conn:
+        done = inbox.get_turn(conn, first.turn_id)
+        holder = conn.execute(select(routes_table.c.lease_holder)).scalar_one()
+    assert done is not None and (done.status, done.finished_at) == (inbox.DONE, 10)
+    assert holder == "worker"  # a turn is waiting: the lease is kept
+    with store.write() as conn:
+        inbox.mark_running(conn, second.turn_id, "s1", 10)
+    assert _finish_and_next(store, tmp_path, second.turn_id, inbox.FAILED, "boom", lease) is None
+    with store.read() as conn:
+        failed = inbox.get_turn(conn, second.turn_id)
+        route = conn.execute(select(routes_table)).one()
+    assert failed is not None and (failed.status, failed.error) == (inbox.FAILED, "boom")
+    assert (route.lease_holder, route.lease_expires_at, route.fence) == (None, None, lease.fence)
+
+
+def test_a_stale_fence_lets_nothing_go(store: Store, tmp_path: Path) -> None:
+    """The release is fenced as `release_route` is: an old lease's finish leaves the new one."""
+    key = SessionKey("k", shared=False)
+    with store.write() as conn:
+        only = inbox.record_turn(conn, turn(0), key, now=1)
+        old = routes.acquire_route(conn, "k", "old", now=1, ttl=1)
+        new = routes.acquire_route(conn, "k", "new", now=5, ttl=30)
+        assert old is not None and new is not None
+        assert inbox.finish_and_next(conn, only.turn_id, inbox.DONE, 6, None, old) == (None, None)
+        holder = conn.execute(select(routes_table.c.lease_holder)).scalar_one()
+    assert holder == "new"
+
+
+def test_a_turns_messages_and_the_session_bump_are_one_round_trip(
+    store: Store, tmp_path: Path
+) -> None:
+    """The activity and token bump and the rows (in order, counted by the trigger on PostgreSQL)
+    as one statement; past eight rows the rest follow as before."""
+    with store.write() as conn:
+        create_session(conn, session_id="s1", source="cli", now=1)
+    rows = [messages.NewRow("user" if n % 2 else "assistant", f"m{n}", 5 + n) for n in range(11)]
+    for chunk in (rows[:3], rows[3:]):
+        with store.write() as conn:
+            if store.dialect != "postgresql":
+                messages.append_messages(conn, "s1", chunk, input_tokens=4, output_tokens=2)
+                continue
+            with pg_round_trips(conn, tmp_path) as trips:
+                messages.append_messages(conn, "s1", chunk, input_tokens=4, output_tokens=2)
+            assert trips == [1 if len(chunk) <= 8 else 2]
+    with store.read() as conn:
+        session = require_session(conn, "s1")
+        stored = messages.transcript(conn, "s1")
+    assert [m.content for m in stored] == [f"m{n}" for n in range(11)]
+    assert (session.message_count, session.input_tokens, session.output_tokens) == (11, 8, 4)
+    assert session.last_active_at == 15
+
+
+def test_appending_to_a_missing_session_writes_nothing(store: Store) -> None:
+    with pytest.raises(SessionNotFound), store.write() as conn:
+        messages.append_messages(conn, "gone", [messages.NewRow("user", "hi", 1)])
+    with store.read() as conn:
+        assert messages.transcript(conn, "gone") == []
+
+
+def test_a_turn_of_a_running_session_costs_postgresql_few_round_trips(
+    settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    """The drain of one turn of a session that exists (the offline model: a reply, a usage row)
+    with its delivery (a memory sender) on PostgreSQL. The claim: BEGIN, lease, next turn with
+    its route, running, the session and its history for the model, COMMIT. The outcome: BEGIN,
+    fence, bump with the messages, the reply, finish with next/release, the lane's lease, its
+    rows, usage, COMMIT. The send: BEGIN, lane fence, sent with next rows and release, COMMIT."""
+    if store.dialect != "postgresql":
+        pytest.skip("round trips are what a statement costs on PostgreSQL")
+    rt, _ = make_runtime(settings, store)
+    first = accept(store, rt.waker, turn(0), settings=settings, clock=time.time)
+    assert drain(rt, first.session_key).ran == 1
+    accept(store, rt.waker, turn(1), settings=settings, clock=time.time)
+    with pg_store_round_trips(store, tmp_path) as trips:
+        result = drain(rt, first.session_key)
+    assert (result.ran, result.reason) == (1, "idle")
+    assert trips == [20]
+    assert transcript_of(store, first.session_key)[-2][1] == "message 1"
+
+
+def test_marking_a_reply_sent_hands_over_the_next_or_lets_the_lane_go(
+    store: Store, tmp_path: Path
+) -> None:
+    def sent_and_next(row_id: int, lease: Lease) -> list[outbox.OutboxRow]:
+        with store.write() as conn:
+            leases.check_named(conn, lease, 10, 30)  # as every fenced write of a lane begins
+            if store.dialect != "postgresql":
+                return outbox.mark_sent_and_next(conn, row_id, "p1", 10, lease, lane, 10)
+            with pg_round_trips(conn, tmp_path) as trips:
+                rows = outbox.mark_sent_and_next(conn, row_id, "p1", 10, lease, lane, 10)
+            assert trips == [1]
+            return rows
+
+    with store.write() as conn:
+        written = [
+            outbox.add(conn, platform="telegram", chat_id="c1", text=f"r{n}", now=n)
+            for n in range(3)
+        ]
+        lane = written[0].lane
+        lease = leases.acquire_named(conn, f"lane:{lane}", "worker", 1, 30)
+        assert lease is not None
+    rows = sent_and_next(written[0].id, lease)
+    assert [r.text for r in rows] == ["r1", "r2"]
+    assert [r.text for r in sent_and_next(written[1].id, lease)] == ["r2"]
+    assert sent_and_next(written[2].id, lease) == []
+    with store.read() as conn:
+        left = outbox.pending(conn, lane)
+        holder = conn.execute(select(leases_table.c.holder)).scalar_one()
+        first = conn.execute(
+            select(outbox_table.c.status, outbox_table.c.platform_message_id).where(
+                outbox_table.c.id == written[0].id
+            )
+        ).one()
+    assert left == [] and holder is None
+    assert tuple(first) == (outbox.SENT, "p1")
+
+
+def test_each_turn_of_a_batch_is_given_the_history_its_predecessors_wrote(
+    settings: Settings, store: Store
+) -> None:
+    """The turns after the first are claimed in their predecessor's outcome write (and on
+    PostgreSQL their session and history are read there too): each still sees every message
+    written before it, in its own session."""
+    seen: list[tuple[int, str | None, str | None]] = []
+
+    def reply(request: AgentRequest) -> str:
+        last = request.history[-1].content if request.history else None
+        seen.append((len(request.history), last, request.session.title))
+        return f"reply to {request.turn.text}"
+
+    rt, _ = make_runtime(settings, store, ScriptedAgent(reply=reply))
+    keys = {
+        accept(store, rt.waker, turn(n), settings=settings, clock=time.time).session_key
+        for n in range(3)
+    }
+    (key,) = keys
+    assert drain(rt, key).ran == 3
+    with store.read() as conn:
+        session_id = routes.route_session_id(conn, key)
+        assert session_id is not None
+        title = require_session(conn, session_id).title
+    assert [(n, last) for n, last, _ in seen] == [
+        (0, None),
+        (2, "reply to message 0"),
+        (4, "reply to message 1"),
+    ]
+    assert [t for _, _, t in seen] == [title] * 3  # as the session is (titled by a task)
