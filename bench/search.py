@@ -240,7 +240,7 @@ def _plain(
     the same queries (so both see the same machine load)."""
     report: dict[str, dict[str, Any]] = {}
     for name, calls in queries.items():
-        if name in {"scroll", "browse"} or not calls:
+        if name in {"scroll", "browse"} or not calls or n <= 0:
             continue
         ours: list[float] = []
         plain: list[float] = []
@@ -316,7 +316,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", type=int, default=100, help="queries per class (>= 50)")
     parser.add_argument("--seed", type=int, default=1, help="corpus seed")
     parser.add_argument(
-        "--plain", type=int, default=50, help="calls per class timed beside the plain alternative"
+        "--plain",
+        type=int,
+        default=50,
+        help="calls per class timed beside the plain alternative (0: none)",
     )
     parser.add_argument(
         "--after-prune",
@@ -413,7 +416,7 @@ def _main_postgresql(args: argparse.Namespace, size: dict[str, int]) -> None:
         report = _measure(store, queries)
         plain: dict[str, dict[str, Any]] = {}
         for name, calls in queries.items():
-            if name in {"scroll", "browse"} or not calls:
+            if name in {"scroll", "browse"} or not calls or args.plain <= 0:
                 continue
             ours, scan = [], []
             for call in calls[: args.plain]:
