@@ -136,11 +136,11 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
     if postgresql:
         with store.read() as conn:
             tree = parse('"walrus pad"').tree
-            words = backend._driven(
-                conn.connection.driver_connection, tree, "'walrus' <-> 'pad'", ROLES
-            )
+            db = conn.connection.driver_connection
+            words = backend._driven(db, tree, "'walrus' <-> 'pad'", ROLES)
+            read, _few, edges = backend._reading(db, words, Order.NEWEST)
         assert (words.pairs is None) == (drive == "words")
-        assert words.at_once == (drive == "pairs at once")
+        assert read.at_once == (drive == "pairs at once") == (not edges)
     ids = [mid for mid, _pad in padded]
     assert _hits(store, Order.NEWEST, '"walrus pad"') == ids[::-1]
     assert _hits(store, Order.OLDEST, '"walrus pad"') == ids
