@@ -217,6 +217,8 @@ class Store:
                 else:
                     _OPEN.pop(key, None)
             self._counted = False
+        if self._group is not None:
+            self._group.close()
         self._engine.dispose()
         if self._write_engine is not self._engine:
             self._write_engine.dispose()

@@ -202,6 +202,15 @@ class GroupCommit:
             raise RuntimeError("store.write() inside store.write(): one transaction per thread")
         self._local.inside = True
 
+    def close(self) -> None:
+        """Let the lock file's descriptor go (the store is closed; a later write opens it
+        again). Left open, every store a long-lived process opened and closed kept one, until
+        descriptors ran past what select() takes (the test suite's did, at 1,024)."""
+        with self._cond:
+            if self._fd is not None and self._pid == os.getpid() and not self._busy:
+                os.close(self._fd)
+                self._fd = None
+
     def _descriptor(self) -> int:
         if self._fd is None or self._pid != os.getpid():
             self._fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

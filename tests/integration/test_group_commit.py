@@ -300,3 +300,31 @@ def _failing(session_id: str) -> Callable[[Connection], None]:
         raise ValueError("this unit changes its mind")
 
     return work
+
+
+def test_a_closed_store_keeps_no_descriptor_open(tmp_path: Path) -> None:
+    """Each store opened, written and closed used to leave its writers' lock file open: a
+    long-lived process (the test suite) ran past the 1,024 descriptors select() takes."""
+    import os
+
+    from shared.db import open_store
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    first = open_store(url)
+    with first.write() as conn:
+        session_rows.create_session(conn, session_id="s0", source="cli", now=1.0)
+    first.close()
+    before = descriptors()
+    for n in range(1, 21):
+        again = open_store(url)
+        with again.write() as conn:
+            session_rows.create_session(conn, session_id=f"s{n}", source="cli", now=1.0)
+        again.close()
+    assert descriptors() == before
+    reopened = open_store(url)
+    with reopened.read() as conn:
+        assert len(session_rows.list_sessions(conn, limit=50)[0]) == 21
+    reopened.close()
