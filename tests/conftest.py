@@ -88,6 +88,7 @@ def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
     schema = f"t_{uuid.uuid4().hex[:16]}"
     admin = _contract_database()
     with _connect(admin) as db:
+        _clear_public(db)
         db.execute(f'CREATE SCHEMA "{schema}"')
     # The contract database's public schema holds only extensions (shared by every schema),
     # never our tables: each test's tables, alembic_version included, are in its own schema.
@@ -95,6 +96,17 @@ def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
     with _connect(admin) as db:
         db.execute("SET lock_timeout = '30s'")
         db.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def _clear_public(db) -> None:  # type: ignore[no-untyped-def]
+    """Drop tables a process that outlived its test wrote into `public`: with its schema
+    dropped, the first schema of its search_path that exists is public, and every later test
+    would then find a store there at head (alembic_version) and share its rows instead of
+    making its own (one CI run's terminal tests left their stacks running that way, and every
+    PostgreSQL test after them failed)."""
+    leftover = db.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    for (name,) in leftover.fetchall():
+        db.execute(f'DROP TABLE IF EXISTS public."{name}" CASCADE')
 
 
 def _connect(url: str):  # type: ignore[no-untyped-def]
