@@ -200,7 +200,12 @@ def _index_only(db: DB) -> Iterator[None]:
 def _estimated_rows(db: DB, words: Words) -> float:
     """The planner's estimate of the messages matching `words` (planning only, no scan)."""
     params: list[object] = []
-    row = db.execute(ESTIMATE_SQL.format(matching=words.matching(params)), params).fetchone()
+    return _planned_rows(db, words.matching(params), params)
+
+
+def _planned_rows(db: DB, matching: str, params: list[object]) -> float:
+    """The planner's estimate of the messages meeting the condition `matching` on `m`."""
+    row = db.execute(ESTIMATE_SQL.format(matching=matching), params).fetchone()
     assert row is not None
     return float(row[0][0]["Plan"]["Plan Rows"])
 
@@ -215,12 +220,7 @@ def _driven(db: DB, tree: Node, tsquery: str, roles: Sequence[str]) -> Words:
     pairs = None if ddl.PAIRED_OUT in roles else compile_pairs(tree)
     if pairs is None:
         return Words(tsquery, None, by_words)
-    params: list[object] = [pairs]
-    row = db.execute(
-        ESTIMATE_SQL.format(matching=f"{ddl.pairs()} @@ %s::tsquery AND {ddl.paired()}"), params
-    ).fetchone()
-    assert row is not None
-    by_pairs = float(row[0][0]["Plan"]["Plan Rows"])
+    by_pairs = _planned_rows(db, f"{ddl.pairs()} @@ %s::tsquery AND {ddl.paired()}", [pairs])
     # The word index reads every row holding the phrase's words, wherever they stand, and the
     # planner counts words as if they met by chance: 'again' & 'one' was estimated at 5,255 rows
     # and held 12,637 (390 ms to re-check). A pair outside the column's most common elements is
@@ -247,14 +247,22 @@ def _windows(db: DB, few: list[int] | None, order: Order) -> list[int]:
     is under WINDOW_MIN_SPAN."""
     if few is not None:
         return []
-    row = db.execute("SELECT min(id), max(id) FROM messages").fetchone()
-    if row is None or row[0] is None or int(row[1]) - int(row[0]) < WINDOW_MIN_SPAN:
+    ids = _id_range(db)
+    if ids is None or ids[1] - ids[0] < WINDOW_MIN_SPAN:
         return []
-    low, high = int(row[0]), int(row[1])
+    low, high = ids
     span = high - low
     if order is Order.OLDEST:
         return sorted({low + span // share for share in WINDOW_SHARES})
     return sorted({high - span // share for share in WINDOW_SHARES}, reverse=True)
+
+
+def _id_range(db: DB) -> tuple[int, int] | None:
+    """The lowest and highest message id (None: no messages)."""
+    row = db.execute("SELECT min(id), max(id) FROM messages").fetchone()
+    if row is None or row[0] is None:
+        return None
+    return int(row[0]), int(row[1])
 
 
 def _edge(order: Order, edge: int | None, params: list[object], column: str = "m.id") -> str:
@@ -330,10 +338,10 @@ def _reading(db: DB, words: Words, order: Order) -> tuple[Words, list[int] | Non
 def _spread(db: DB, oldest: list[int]) -> float:
     """How many matches a word has in all, from `oldest` (its oldest matches): as many more in
     the rest of the id range as are there in the part they span."""
-    row = db.execute("SELECT min(id), max(id) FROM messages").fetchone()
-    if row is None or row[0] is None:
+    ids = _id_range(db)
+    if ids is None:
         return 0.0
-    low, high = int(row[0]), int(row[1])
+    low, high = ids
     spanned = max(max(oldest) - low + 1, 1)
     return len(oldest) * (high - low + 1) / spanned
 
