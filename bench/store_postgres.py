@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import bindparam, func, insert, select, text
 
 from bench.common import fresh_schema
 from shared.db.engine import Store, connect, open_store
@@ -35,11 +35,14 @@ def copy_corpus(sqlite_path: Path, database_url: str, report: Any) -> tuple[Stor
                 copied = 0
                 for row in rows:
                     batch.append(dict(row._mapping))
+                    if table is sessions:  # its parent may come after it: set below
+                        batch[-1]["parent_session_id"] = None
                     if len(batch) == BATCH:
                         copied += _insert(target, table, batch)
                         report(f"  copied {copied:,} {table.name}")
                 with_rest = copied + _insert(target, table, batch)
                 report(f"  copied {with_rest:,} {table.name}")
+            _link_parents(src, target)
     finally:
         source.close()
     with target.write() as conn:
@@ -52,6 +55,26 @@ def copy_corpus(sqlite_path: Path, database_url: str, report: Any) -> tuple[Stor
         _recount(conn)
         conn.execute(text("ANALYZE"))
     return target, time.perf_counter() - started
+
+
+def _link_parents(src: Any, target: Store) -> None:
+    """Each session's parent, set once every session is there: a session may name a parent
+    whose id sorts after its own (the 1M-message corpus has one), which the foreign key refuses
+    while that parent is not copied yet. `hermes db copy` does the same (shared/db/copy.py)."""
+    linked = src.execute(
+        select(sessions.c.id, sessions.c.parent_session_id).where(
+            sessions.c.parent_session_id.is_not(None)
+        )
+    ).all()
+    if not linked:
+        return
+    with target.write() as conn:
+        conn.execute(
+            sessions.update()
+            .where(sessions.c.id == bindparam("_id"))
+            .values(parent_session_id=bindparam("_parent")),
+            [{"_id": row[0], "_parent": row[1]} for row in linked],
+        )
 
 
 def _insert(store: Store, table: Any, batch: list[dict[str, Any]]) -> int:
