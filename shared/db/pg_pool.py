@@ -54,10 +54,22 @@ def pg_engine(
 
 @contextmanager
 def transaction(engine: Engine, *, read_only: bool) -> Iterator[Connection]:
-    """One transaction on a live connection of `engine`: committed on exit, rolled back on error."""
+    """One transaction on a live connection of `engine`: committed on exit, rolled back on error.
+
+    A connection whose engine was disposed meanwhile (its Store closed while this transaction
+    ran: a lease renewer's, a thread's that outlived its caller) is closed, not put back: the
+    disposed pool it would go back to is closed already, nothing would ever close it there, and
+    psycopg would warn (ResourceWarning) whenever the collector freed it, in whatever code
+    happened to run then."""
+    pool = engine.pool
     conn = _begun(engine, _BEGIN_READ_ONLY if read_only else _BEGIN)
-    with conn, conn.begin():  # SQLAlchemy's marker only: the driver's transaction is open
-        yield conn
+    with conn:
+        try:
+            with conn.begin():  # SQLAlchemy's marker only: the driver's transaction is open
+                yield conn
+        finally:
+            if engine.pool is not pool:  # disposed (Engine.dispose puts a new pool in place)
+                conn.invalidate()
 
 
 def _begun(engine: Engine, begin: bytes) -> Connection:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import select, text
@@ -13,6 +14,7 @@ from shared.db import Store
 from shared.db.schema import inbox as inbox_table
 from shared.db.schema import routes as routes_table
 from shared.pipeline import inbox, leases, outbox, routes
+from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings
 from shared.turns import TurnRejected
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
@@ -20,8 +22,38 @@ from workers.agent.offline import OfflineAgent
 from workers.delivery.base import MemorySender, RetryLater
 from workers.drain import drain
 from workers.flush import flush
+from workers.runtime import Runtime
 
 pytestmark = pytest.mark.both_databases
+
+
+class Runtimes:
+    """`make_runtime` for one test; `close` stops each runtime's lease renewer. A renewer left
+    running is still writing (every 50 ms in the stop test) when the store fixture closes the
+    store: that write's connection went back to a disposed pool and psycopg warned about it,
+    unclosed, whenever the collector freed it (once in CI, in another module's test)."""
+
+    def __init__(self) -> None:
+        self._made: list[Runtime] = []
+
+    def __call__(
+        self, settings: Settings, store: Store, agent: object | None = None
+    ) -> tuple[Runtime, RecordingWaker]:
+        rt, waker = make_runtime(settings, store, agent)
+        self._made.append(rt)
+        return rt, waker
+
+    def close(self) -> None:
+        while self._made:
+            self._made.pop().renewer.close()
+
+
+@pytest.fixture
+def runtime(store: Store) -> Iterator[Runtimes]:
+    """Torn down before `store` (it depends on it): the renewers stop before the store closes."""
+    made = Runtimes()
+    yield made
+    made.close()
 
 
 @pytest.fixture
@@ -41,8 +73,10 @@ def _sent(rt: object) -> list[str]:
     return [row.text for row in rt.senders.get("cli").sent]  # type: ignore[attr-defined]
 
 
-def test_turns_run_in_arrival_order_once_each(fast_settings: Settings, store: Store) -> None:
-    rt, waker = make_runtime(fast_settings, store, ScriptedAgent())
+def test_turns_run_in_arrival_order_once_each(
+    fast_settings: Settings, store: Store, runtime: Runtimes
+) -> None:
+    rt, waker = runtime(fast_settings, store, ScriptedAgent())
     keys = {
         accept(store, rt.waker, turn(n), settings=fast_settings, clock=time.time).session_key
         for n in range(3)
@@ -66,8 +100,10 @@ def test_turns_run_in_arrival_order_once_each(fast_settings: Settings, store: St
     assert waker.deliveries == []  # no delivery task was needed
 
 
-def test_redelivered_event_is_recorded_once(fast_settings: Settings, store: Store) -> None:
-    rt, _ = make_runtime(fast_settings, store)
+def test_redelivered_event_is_recorded_once(
+    fast_settings: Settings, store: Store, runtime: Runtimes
+) -> None:
+    rt, _ = runtime(fast_settings, store)
     first = accept(store, rt.waker, turn(1), settings=fast_settings, clock=time.time)
     again = accept(store, rt.waker, turn(1), settings=fast_settings, clock=time.time)
     assert again.duplicate and again.turn_id == first.turn_id
@@ -87,9 +123,9 @@ def test_redelivered_event_is_recorded_once(fast_settings: Settings, store: Stor
     ],
 )
 def test_bad_turns_are_refused_and_nothing_is_written(
-    fast_settings: Settings, store: Store, bad: dict[str, str], reason: str
+    fast_settings: Settings, store: Store, bad: dict[str, str], reason: str, runtime: Runtimes
 ) -> None:
-    rt, waker = make_runtime(fast_settings, store)
+    rt, waker = runtime(fast_settings, store)
     with pytest.raises(TurnRejected, match=reason):
         accept(store, rt.waker, turn(0, **bad), settings=fast_settings, clock=time.time)
     with store.read() as conn:
@@ -98,8 +134,10 @@ def test_bad_turns_are_refused_and_nothing_is_written(
     assert waker.drains == []
 
 
-def test_batch_is_bounded_and_rewakes(fast_settings: Settings, store: Store) -> None:
-    rt, waker = make_runtime(fast_settings, store)
+def test_batch_is_bounded_and_rewakes(
+    fast_settings: Settings, store: Store, runtime: Runtimes
+) -> None:
+    rt, waker = runtime(fast_settings, store)
     for n in range(12):
         key = accept(store, rt.waker, turn(n), settings=fast_settings, clock=time.time).session_key
     waker.drains.clear()
@@ -111,10 +149,10 @@ def test_batch_is_bounded_and_rewakes(fast_settings: Settings, store: Store) -> 
 
 
 def test_failing_turn_is_retried_then_dead_and_never_blocks_forever(
-    fast_settings: Settings, store: Store
+    fast_settings: Settings, store: Store, runtime: Runtimes
 ) -> None:
     agent = ScriptedAgent(fail_on=frozenset({"message 0"}))
-    rt, _ = make_runtime(fast_settings, store, agent)
+    rt, _ = runtime(fast_settings, store, agent)
     key = accept(store, rt.waker, turn(0), settings=fast_settings, clock=time.time).session_key
     accept(store, rt.waker, turn(1), settings=fast_settings, clock=time.time)
     for _ in range(5):
@@ -129,7 +167,9 @@ def test_failing_turn_is_retried_then_dead_and_never_blocks_forever(
     assert "could not process" in sent[0] and sent[1] == "reply to message 1"
 
 
-def test_a_fenced_out_holder_writes_nothing(fast_settings: Settings, store: Store) -> None:
+def test_a_fenced_out_holder_writes_nothing(
+    fast_settings: Settings, store: Store, runtime: Runtimes
+) -> None:
     """Worker A stalls past its lease; B takes over and finishes; A's late write is refused."""
     release_a = threading.Event()
     a_started = threading.Event()
@@ -139,7 +179,7 @@ def test_a_fenced_out_holder_writes_nothing(fast_settings: Settings, store: Stor
         release_a.wait(10)
         return "late reply from A"
 
-    rt_a, _ = make_runtime(fast_settings, store, ScriptedAgent(reply=slow_reply))
+    rt_a, _ = runtime(fast_settings, store, ScriptedAgent(reply=slow_reply))
     rt_a.renewer._interval = 60  # A is "paused": it never renews
     key = accept(store, rt_a.waker, turn(0), settings=fast_settings, clock=time.time).session_key
     result_a: list[object] = []
@@ -147,7 +187,7 @@ def test_a_fenced_out_holder_writes_nothing(fast_settings: Settings, store: Stor
     thread.start()
     assert a_started.wait(5)
     time.sleep(fast_settings.pipeline.lease_seconds + 0.3)  # A's lease expires
-    rt_b, _ = make_runtime(fast_settings, store, ScriptedAgent(reply=lambda r: "reply from B"))
+    rt_b, _ = runtime(fast_settings, store, ScriptedAgent(reply=lambda r: "reply from B"))
     assert drain(rt_b, key).ran == 1
     release_a.set()
     thread.join(10)
@@ -175,8 +215,10 @@ def _key(key: str):  # type: ignore[no-untyped-def]
     return SessionKey(key, shared=False)
 
 
-def test_two_first_messages_at_once_make_one_session(fast_settings: Settings, store: Store) -> None:
-    rt, _ = make_runtime(fast_settings, store, OfflineAgent(latency=0.05))
+def test_two_first_messages_at_once_make_one_session(
+    fast_settings: Settings, store: Store, runtime: Runtimes
+) -> None:
+    rt, _ = runtime(fast_settings, store, OfflineAgent(latency=0.05))
     key = accept(store, rt.waker, turn(0), settings=fast_settings, clock=time.time).session_key
     accept(store, rt.waker, turn(1), settings=fast_settings, clock=time.time)
     threads = [threading.Thread(target=drain, args=(rt, key)) for _ in range(4)]
@@ -189,8 +231,10 @@ def test_two_first_messages_at_once_make_one_session(fast_settings: Settings, st
         assert conn.execute(text("SELECT count(*) FROM messages")).scalar_one() == 4
 
 
-def test_stop_cancels_the_running_turn(fast_settings: Settings, store: Store) -> None:
-    rt, _ = make_runtime(fast_settings, store, OfflineAgent(latency=5))
+def test_stop_cancels_the_running_turn(
+    fast_settings: Settings, store: Store, runtime: Runtimes
+) -> None:
+    rt, _ = runtime(fast_settings, store, OfflineAgent(latency=5))
     rt.renewer._interval = 0.05
     key = accept(store, rt.waker, turn(0), settings=fast_settings, clock=time.time).session_key
     thread = threading.Thread(target=drain, args=(rt, key))
@@ -209,9 +253,9 @@ def test_stop_cancels_the_running_turn(fast_settings: Settings, store: Store) ->
 
 
 def test_delivery_keeps_chat_order_and_honours_retry_after(
-    fast_settings: Settings, store: Store
+    fast_settings: Settings, store: Store, runtime: Runtimes
 ) -> None:
-    rt, waker = make_runtime(fast_settings, store, ScriptedAgent())
+    rt, waker = runtime(fast_settings, store, ScriptedAgent())
 
     class Flaky(MemorySender):
         def __init__(self) -> None:
@@ -249,16 +293,18 @@ def test_broker_down_the_turn_is_kept_and_redrive_finds_it(hermes_env: dict[str,
 
     settings = load_settings({**hermes_env, "HERMES_BROKER_URL": "redis://127.0.0.1:1/0"})
     store = open_store_for(settings)
+    runtime = Runtimes()
     try:
         waker = BrokerWaker(broker_client(settings))
         accepted = accept(store, waker, turn(0), settings=settings, clock=time.time)
         assert not accepted.woken and not accepted.duplicate
-        rt, recording = make_runtime(settings, store)
+        rt, recording = runtime(settings, store)
         assert redrive(rt).drains == 1
         assert recording.drains == [(accepted.session_key, None)]
         assert drain(rt, accepted.session_key).ran == 1
         assert redrive(rt).drains == 0
     finally:
+        runtime.close()  # before its store closes
         store.close()
 
 
@@ -269,10 +315,10 @@ def open_store_for(settings: Settings) -> Store:
 
 
 def test_no_wake_up_is_sent_while_a_drain_holds_the_session(
-    fast_settings: Settings, store: Store
+    fast_settings: Settings, store: Store, runtime: Runtimes
 ) -> None:
     """The holder finds a turn committed before it lets go, so the wake-up would be wasted."""
-    rt, waker = make_runtime(fast_settings, store)
+    rt, waker = runtime(fast_settings, store)
     key = accept(store, rt.waker, turn(0), settings=fast_settings, clock=time.time).session_key
     assert waker.drains == [(key, None)]
     with store.write() as conn:
@@ -298,9 +344,9 @@ class _UnstorableAgent(ScriptedAgent):
 
 
 def test_a_drain_that_fails_unexpectedly_lets_go_and_wakes_the_key_again(
-    fast_settings: Settings, store: Store
+    fast_settings: Settings, store: Store, runtime: Runtimes
 ) -> None:
-    rt, waker = make_runtime(fast_settings, store, _UnstorableAgent())
+    rt, waker = runtime(fast_settings, store, _UnstorableAgent())
     key = accept(store, rt.waker, turn(0), settings=fast_settings, clock=time.time).session_key
     waker.drains.clear()
     with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises for the bad value
@@ -316,11 +362,11 @@ def test_a_drain_that_fails_unexpectedly_lets_go_and_wakes_the_key_again(
 
 
 def test_a_store_reading_client_gets_its_reply_with_the_commit(
-    fast_settings: Settings, store: Store
+    fast_settings: Settings, store: Store, runtime: Runtimes
 ) -> None:
     """The terminal reads replies from state.db: the turn's own commit delivers them (written
     as sent, no lane taken, no second write) and the client is nudged once, after it."""
-    rt, _ = make_runtime(fast_settings, store, ScriptedAgent())
+    rt, _ = runtime(fast_settings, store, ScriptedAgent())
     terminal = MemorySender("cli", reads_store=True)
     rt.senders.add(terminal)
     key = accept(store, rt.waker, turn(0), settings=fast_settings, clock=time.time).session_key

@@ -8,18 +8,22 @@ Terminating backends touches only the pids of this test's own store's connection
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
-from contextlib import ExitStack
+import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy import exc, select, text, update
 
-from shared.db import Connection, Store
+from shared.db import Connection, Store, open_store
 from shared.db.pg_pool import PG_POOL_SIZE, WRITE_IDLE_TIMEOUT, pg_engine
 from shared.db.schema import sessions
+from shared.settings import Settings
 from shared.store.sessions import create_session, get_session
 
 pytestmark = pytest.mark.both_databases
@@ -156,3 +160,58 @@ def test_terminated_backends_cost_the_next_units_of_work_nothing(store: Store) -
     for n in range(PG_POOL_SIZE + 2):  # reads too find their dead connections and go on
         with store.read() as conn:
             assert get_session(conn, "after") is not None, n
+
+
+@contextmanager
+def no_connection_left_open() -> Iterator[None]:
+    """Fails when a driver connection the block dropped is freed while still open (psycopg's
+    ResourceWarning, raised by the collector in whatever test it happens to run in)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        yield
+        gc.collect()
+    left = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert left == []
+
+
+def test_a_store_closed_inside_a_read_leaves_no_connection_open(settings: Settings) -> None:
+    with no_connection_left_open():
+        store = open_store(settings.resolved_database_url)
+        with store.read() as conn:
+            conn.execute(select(sessions.c.id)).all()
+            store.close()
+
+
+def test_a_store_closed_while_another_thread_writes_leaves_no_connection_open(
+    settings: Settings,
+) -> None:
+    """A worker's lease renewer (or any thread) can be inside a write when its store is closed:
+    that write still commits, and its connection is closed, not left in the closed pool."""
+    with no_connection_left_open():
+        store = open_store(settings.resolved_database_url)
+        inside, closed = threading.Event(), threading.Event()
+        outcome: list[BaseException | None] = []
+
+        def write() -> None:
+            try:
+                with store.write() as conn:
+                    create_session(conn, session_id="s1", source="cli", now=1.0)
+                    inside.set()
+                    assert closed.wait(30)
+                outcome.append(None)
+            except BaseException as error:  # reported below
+                outcome.append(error)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert inside.wait(30)
+        store.close()
+        closed.set()
+        writer.join(30)
+        assert outcome == [None]
+    reopened = open_store(settings.resolved_database_url)
+    try:
+        with reopened.read() as conn:
+            assert get_session(conn, "s1") is not None
+    finally:
+        reopened.close()
