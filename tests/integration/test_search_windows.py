@@ -10,8 +10,9 @@ import pytest
 
 from shared.db import Store
 from shared.search.backend import Filters, Order
+from shared.search.postgresql import windows, words
 from shared.search.query import parse
-from tests.integration.search_kit import Log, backend_of
+from tests.integration.search_kit import Log, backend_of, limits_of
 
 pytestmark = pytest.mark.both_databases
 
@@ -56,25 +57,25 @@ def test_windows_find_every_match_once_in_every_order(
 ) -> None:
     """(`at once`: on PostgreSQL, past a probe that found too many, every id in one bitmap read
     with the bounds checked on its rows, batch after batch.)"""
-    backend = backend_of(store)
+    limits = limits_of(store)
     postgresql = store.dialect == "postgresql"
     matches = _write(log)
     # On PostgreSQL: windows however narrow the id range, the probe skipped (so its few
     # matches do not stand in for the windows), and batches that end on and across edges.
-    monkeypatch.setattr(backend, "WINDOW_MIN_SPAN", 0, raising=postgresql)
+    monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0, raising=postgresql)
     if reading == "windows":
-        monkeypatch.setattr(backend, "COMMON", 0, raising=postgresql)
+        monkeypatch.setattr(limits, "COMMON", 0, raising=postgresql)
     else:
-        monkeypatch.setattr(backend, "COMMON", 10**9, raising=postgresql)
-        monkeypatch.setattr(backend, "FEW", 0, raising=postgresql)
-        monkeypatch.setattr(backend, "FEW_PAIRS", 10**9, raising=postgresql)
-    monkeypatch.setattr(backend, "BATCH", batch)
-    monkeypatch.setattr(backend, "MAX_WINDOWS", 1000)  # every ranked window, however small
+        monkeypatch.setattr(limits, "COMMON", 10**9, raising=postgresql)
+        monkeypatch.setattr(limits, "FEW", 0, raising=postgresql)
+        monkeypatch.setattr(limits, "FEW_PAIRS", 10**9, raising=postgresql)
+    monkeypatch.setattr(limits, "BATCH", batch)
+    monkeypatch.setattr(limits, "MAX_WINDOWS", 1000)  # every ranked window, however small
     if postgresql:
         with store.read() as conn:
             db = conn.connection.driver_connection
-            assert len(backend._windows(db, None, Order.NEWEST)) == 3
-            assert len(backend._windows(db, None, Order.OLDEST)) == 3
+            assert len(windows.windows(db, None, Order.NEWEST)) == 3
+            assert len(windows.windows(db, None, Order.OLDEST)) == 3
     ids = [mid for mid, _pad in matches]
     assert _hits(store, Order.NEWEST) == ids[::-1]
     assert _hits(store, Order.OLDEST) == ids
@@ -82,7 +83,7 @@ def test_windows_find_every_match_once_in_every_order(
     assert _hits(store, Order.NEWEST, '"walrus pad"') == padded[::-1]
     assert _hits(store, Order.OLDEST, '"walrus pad"') == padded
     for window in (1, 3, 4, 7, 256):
-        monkeypatch.setattr(backend, "RANK_WINDOW", window)
+        monkeypatch.setattr(limits, "RANK_WINDOW", window)
         assert _hits(store, Order.RELEVANCE) == _ranked(matches, window), window
 
 
@@ -93,7 +94,7 @@ def test_substring_windows_find_every_match_once_in_every_order(
 ) -> None:
     """A short piece (`中文`: the newest messages checked directly first) and a longer one
     (`中文日本`: its pieces' index entries) past the windows' edges."""
-    backend = backend_of(store)
+    limits = limits_of(store)
     postgresql = store.dialect == "postgresql"
     matches: list[int] = []
     for s in range(4):
@@ -102,11 +103,11 @@ def test_substring_windows_find_every_match_once_in_every_order(
             if query in text:
                 matches.append(mid)
     matches.sort()
-    monkeypatch.setattr(backend, "WINDOW_MIN_SPAN", 0, raising=postgresql)
-    monkeypatch.setattr(backend, "FEW", 0, raising=postgresql)  # no probe's few stand in
-    monkeypatch.setattr(backend, "BATCH", batch)
-    monkeypatch.setattr(backend, "SCAN_ROWS", 3)
-    monkeypatch.setattr(backend, "SCAN_CHUNK", 2)
+    monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0, raising=postgresql)
+    monkeypatch.setattr(limits, "FEW", 0, raising=postgresql)  # no probe's few stand in
+    monkeypatch.setattr(limits, "BATCH", batch)
+    monkeypatch.setattr(limits, "SCAN_ROWS", 3)
+    monkeypatch.setattr(limits, "SCAN_CHUNK", 2)
     assert _hits(store, Order.NEWEST, query) == matches[::-1]
     assert _hits(store, Order.OLDEST, query) == matches
     if postgresql:  # substring matches weigh nothing there: newest first (SQLite: bm25)
@@ -121,33 +122,33 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
     """On PostgreSQL a phrase is read through the word index (its words' rows, positions
     checked on each), or through the pairs index, window by window (a common pair) or in one
     read (an uncommon one): every way finds exactly the phrase's matches, in every order."""
-    backend = backend_of(store)
+    limits = limits_of(store)
     postgresql = store.dialect == "postgresql"
     matches = _write(log)
     padded = [(mid, pad) for mid, pad in matches if pad]
-    monkeypatch.setattr(backend, "WINDOW_MIN_SPAN", 0, raising=postgresql)
-    monkeypatch.setattr(backend, "COMMON", 0, raising=postgresql)
-    monkeypatch.setattr(backend, "BATCH", batch)
-    monkeypatch.setattr(backend, "MAX_WINDOWS", 1000)
-    monkeypatch.setattr(backend, "PAIRS_BIAS", 0 if drive == "words" else 1e9, raising=postgresql)
+    monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0, raising=postgresql)
+    monkeypatch.setattr(limits, "COMMON", 0, raising=postgresql)
+    monkeypatch.setattr(limits, "BATCH", batch)
+    monkeypatch.setattr(limits, "MAX_WINDOWS", 1000)
+    monkeypatch.setattr(limits, "PAIRS_BIAS", 0 if drive == "words" else 1e9, raising=postgresql)
     monkeypatch.setattr(
-        backend, "FEW_PAIRS", 1e9 if drive == "pairs at once" else -1, raising=postgresql
+        limits, "FEW_PAIRS", 1e9 if drive == "pairs at once" else -1, raising=postgresql
     )
     if postgresql:
         with store.read() as conn:
             tree = parse('"walrus pad"').tree
             db = conn.connection.driver_connection
-            words = backend._driven(db, tree, "'walrus' <-> 'pad'", ROLES)
-            read, _few, edges = backend._reading(db, words, Order.NEWEST)
-        assert (words.pairs is None) == (drive == "words")
+            driven = words.driven(db, tree, "'walrus' <-> 'pad'", ROLES)
+            read, _few, edges = words.reading(db, driven, Order.NEWEST)
+        assert (driven.pairs is None) == (drive == "words")
         assert read.at_once == (drive == "pairs at once") == (not edges)
     ids = [mid for mid, _pad in padded]
     assert _hits(store, Order.NEWEST, '"walrus pad"') == ids[::-1]
     assert _hits(store, Order.OLDEST, '"walrus pad"') == ids
     assert _hits(store, Order.NEWEST, '"pad walrus"') == []
-    bias = backend.PAIRS_BIAS
+    bias = limits.PAIRS_BIAS
     for window in (1, 4, 256):
-        monkeypatch.setattr(backend, "RANK_WINDOW", window)
+        monkeypatch.setattr(limits, "RANK_WINDOW", window)
         ranked = _hits(store, Order.RELEVANCE, '"walrus pad"')
         assert sorted(ranked) == ids, window
         # each window of the newest matches ranked within itself, as the word index ranks it
@@ -155,6 +156,6 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
         for at in range(0, len(ids), window):
             assert sorted(ranked[at : at + window]) == sorted(newest[at : at + window]), window
         if postgresql:
-            monkeypatch.setattr(backend, "PAIRS_BIAS", 0)
+            monkeypatch.setattr(limits, "PAIRS_BIAS", 0)
             assert ranked == _hits(store, Order.RELEVANCE, '"walrus pad"'), window
-            monkeypatch.setattr(backend, "PAIRS_BIAS", bias)
+            monkeypatch.setattr(limits, "PAIRS_BIAS", bias)
