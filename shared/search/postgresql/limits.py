@@ -26,3 +26,7 @@ WINDOW_MIN_SPAN = 50_000
 FEW_PAIRS = 8000
 PAIRS_BIAS = 4  # how much more rows a phrase's pairs may be estimated at and still drive it
 WINDOW_SHARES = (64, 16, 4)
+# A prefix query first reads the newest (oldest) this many ids by walking the primary key
+# (`words.direct_edge`): a dense prefix fills a batch there without its index entry, which GIN
+# builds whole (every word it expands to) for each query that reads it.
+DIRECT_IDS = 8192

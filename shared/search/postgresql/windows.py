@@ -1,6 +1,7 @@
 """The clauses PostgreSQL search statements are built of, and the id windows they are read in:
 filters, cursor and window bounds, the windows themselves (`windows`), the walk that asks them
-one after another (`walk`) and reading a search index as a bitmap only (`index_only`).
+one after another (`walk`), and reading a search index as a bitmap only (`index_only`) or the
+primary key in id order only (`key_walk`).
 """
 
 from __future__ import annotations
@@ -59,21 +60,31 @@ def plain_clause(only: bool) -> str:
 def index_only(db: DB) -> Iterator[None]:
     """Within: no sequential scan and no walk of a b-tree, so the planner reads a search index
     as a bitmap (the transaction's settings come back after)."""
-    saved = db.execute(
-        "SELECT current_setting('enable_seqscan'), current_setting('enable_indexscan')"
-    ).fetchone()
-    assert saved is not None
-    db.execute(
-        "SELECT set_config('enable_seqscan', 'off', true),"
-        " set_config('enable_indexscan', 'off', true)"
-    )
+    with _planner_without(db, "enable_seqscan", "enable_indexscan"):
+        yield
+
+
+@contextmanager
+def key_walk(db: DB) -> Iterator[None]:
+    """Within: no bitmap and no sequential scan, so the planner walks the primary key in id
+    order and checks each row, stopping at the LIMIT (the transaction's settings come back
+    after)."""
+    with _planner_without(db, "enable_seqscan", "enable_bitmapscan"):
+        yield
+
+
+@contextmanager
+def _planner_without(db: DB, first: str, second: str) -> Iterator[None]:
+    saved = db.execute("SELECT current_setting(%s), current_setting(%s)", [first, second])
+    values = saved.fetchone()
+    assert values is not None
+    db.execute("SELECT set_config(%s, 'off', true), set_config(%s, 'off', true)", [first, second])
     try:
         yield
     finally:
         db.execute(
-            "SELECT set_config('enable_seqscan', %s, true),"
-            " set_config('enable_indexscan', %s, true)",
-            [saved[0], saved[1]],
+            "SELECT set_config(%s, %s, true), set_config(%s, %s, true)",
+            [first, values[0], second, values[1]],
         )
 
 
@@ -136,19 +147,26 @@ def walk(
     With `bitmap` each window is read through its index as a bitmap, never by walking the
     primary key: the planner takes a phrase for as common as its words together, and walks
     the whole table (seconds at 1.5M messages) for two common words rarely side by side."""
-    oldest = order is Order.OLDEST
     rows: list[Any] = []
     for edge in (*edges, None):
-        if (
-            edge is not None
-            and cursor is not None
-            and (cursor >= edge - 1 if oldest else cursor <= edge)
-        ):
-            continue  # the cursor is already past this window
+        if passed(order, cursor, edge):
+            continue
         sql, params = query(cursor, edge, limit - len(rows))
         with index_only(db) if bitmap else nullcontext():
             rows += db.execute(sql, params).fetchall()
         if len(rows) >= limit or edge is None:
             break
-        cursor = edge - 1 if oldest else edge
+        cursor = beyond(order, edge)
     return rows
+
+
+def passed(order: Order, cursor: int | None, edge: int | None) -> bool:
+    """Whether `cursor` is already past the window that ends at `edge`."""
+    if edge is None or cursor is None:
+        return False
+    return cursor >= edge - 1 if order is Order.OLDEST else cursor <= edge
+
+
+def beyond(order: Order, edge: int) -> int:
+    """The cursor that goes on past the window ending at `edge`."""
+    return edge - 1 if order is Order.OLDEST else edge
