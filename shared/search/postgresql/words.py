@@ -64,6 +64,11 @@ class Words:
         return "(m.id + 0)" if self.at_once else "m.id"
 
     @property
+    def prefix(self) -> bool:
+        """Whether it holds a prefix (`deploy*`: `compile_words` writes `:*`)."""
+        return ":*" in self.tsquery
+
+    @property
     def phrase(self) -> bool:
         """Whether it holds a phrase (words side by side: `compile_words` writes `<->`)."""
         return "<->" in self.tsquery
@@ -133,7 +138,9 @@ def reading(db: DB, words: Words, order: Order) -> tuple[Words, list[int] | None
     Up to COMMON matches are read at once: in one bitmap of the index over every id, with the
     bounds checked on its rows, where each id window would read them all again and where the
     planner, expecting many in a window, walks the primary key and checks every row ('loxc*':
-    4,492 matches, 41,000 rows checked in the 1/4 window, 140 ms; at once, 17 ms). More are
+    4,492 matches, 41,000 rows checked in the 1/4 window, 140 ms; at once, 17 ms). A prefix is
+    read at once up to AT_ONCE matches only, and its windows always as bitmaps: at once, every
+    match is fetched to find the newest ('cruc*', 11,500 matches: 145-245 ms). More are
     read window by window. A query driven by pairs is not probed (the pairs index names a few
     thousand rows at most, which the probe would read twice): at once when the planner expects
     at most FEW_PAIRS of them, else window by window ('in the', 8,737 rows by its pairs)."""
@@ -144,7 +151,8 @@ def reading(db: DB, words: Words, order: Order) -> tuple[Words, list[int] | None
     found = _few(db, words)
     if found is not None and len(found) <= limits.FEW:
         return words, found, []
-    if found is not None and _spread(db, found) <= limits.COMMON:
+    at_once = limits.AT_ONCE if words.prefix else limits.COMMON
+    if found is not None and _spread(db, found) <= at_once:
         return replace(words, at_once=True), None, []
     return words, None, _windows(db, None, order)
 
@@ -170,11 +178,11 @@ def direct_edge(db: DB, words: Words, order: Order) -> int | None:
     GIN answers a prefix by building the bitmap of every word it expands to, whichever ids are
     asked: 'prea':* (84,000 matches at 1.5M messages) took 35-70 ms per statement, and the probe
     and the first window each built it (p99 119 ms). Walking the newest ids, a dense prefix
-    fills a batch within a few thousand rows; a sparse one costs DIRECT_IDS row checks before
-    the probe, and one the planner expects at most FEW matches of skips this."""
-    if words.pairs is not None or ":*" not in words.tsquery:
+    fills a batch within a few thousand rows. Only a prefix the planner expects more than COMMON
+    matches of is read so: a sparse one would check DIRECT_IDS rows for a few matches first."""
+    if words.pairs is not None or not words.prefix:
         return None
-    if words.estimate is not None and words.estimate <= limits.FEW:
+    if words.estimate is None or words.estimate <= limits.COMMON:
         return None
     ids = _id_range(db)
     if ids is None or ids[1] - ids[0] < limits.WINDOW_MIN_SPAN:
@@ -220,7 +228,7 @@ class _Matches:
         if few == []:
             return rows
         query = self._query_for(words, few)
-        bitmap = words.phrase or words.at_once
+        bitmap = words.phrase or words.at_once or words.prefix
         return rows + _walk(self._db, self._order, edges, cursor, limit - len(rows), query, bitmap)
 
 
