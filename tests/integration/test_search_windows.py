@@ -87,28 +87,32 @@ def test_windows_find_every_match_once_in_every_order(
         assert _hits(store, Order.RELEVANCE) == _ranked(matches, window), window
 
 
-@pytest.mark.parametrize("reading", ["windows", "at once"])
-@pytest.mark.parametrize("direct", [1, 5, 37, 10**6])
+PREFIX_READINGS = ["direct 1", "direct 5", "direct 37", "direct 1000000", "at once", "windows"]
+
+
+@pytest.mark.parametrize("reading", PREFIX_READINGS)
 @pytest.mark.parametrize("batch", [1, 3, 64])
-def test_a_prefix_read_from_its_newest_ids_first_finds_every_match_once(
-    store: Store,
-    log: Log,
-    monkeypatch: pytest.MonkeyPatch,
-    batch: int,
-    direct: int,
-    reading: str,
+def test_a_prefix_finds_every_match_once_however_it_is_read(
+    store: Store, log: Log, monkeypatch: pytest.MonkeyPatch, batch: int, reading: str
 ) -> None:
-    """On PostgreSQL a prefix first walks the primary key over the newest (oldest) DIRECT_IDS
-    ids, then reads the rest as any word query: what it finds is still exactly what one query
-    over every id finds, with the direct window's edge inside a batch, on one, or past them
-    all."""
+    """On PostgreSQL a prefix the planner takes for common first walks the primary key over the
+    newest (oldest) DIRECT_IDS ids, then reads the rest window by window (`direct N`: the
+    direct window's edge inside a batch, on one, or past them all); past the probe, a sparser
+    one is read at once or in windows, always as bitmaps. Each finds exactly what one query
+    over every id finds, in every order."""
     limits = limits_of(store)
     postgresql = store.dialect == "postgresql"
     matches = _write(log)
     monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0, raising=postgresql)
-    monkeypatch.setattr(limits, "DIRECT_IDS", direct, raising=postgresql)
-    monkeypatch.setattr(limits, "FEW", 0, raising=postgresql)  # the direct window is read
-    monkeypatch.setattr(limits, "COMMON", 0 if reading == "windows" else 10**9, raising=postgresql)
+    if reading.startswith("direct"):
+        monkeypatch.setattr(limits, "COMMON", 0, raising=postgresql)  # taken for common
+        monkeypatch.setattr(limits, "DIRECT_IDS", int(reading.split()[1]), raising=postgresql)
+    else:
+        monkeypatch.setattr(limits, "COMMON", 10**9, raising=postgresql)
+        monkeypatch.setattr(limits, "FEW", 0, raising=postgresql)  # probed: too many
+        monkeypatch.setattr(
+            limits, "AT_ONCE", 10**9 if reading == "at once" else 0, raising=postgresql
+        )
     monkeypatch.setattr(limits, "BATCH", batch)
     monkeypatch.setattr(limits, "MAX_WINDOWS", 1000)
     ids = [mid for mid, _pad in matches]
@@ -145,12 +149,12 @@ def test_a_dense_prefix_fills_its_first_batch_without_its_index_entry(
     limits = limits_of(store)
     _write(log)
     monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0)
-    monkeypatch.setattr(limits, "FEW", 0)
+    monkeypatch.setattr(limits, "COMMON", 0)  # the planner takes it for common
     monkeypatch.setattr(limits, "BATCH", 3)
     monkeypatch.setattr(limits, "RANK_WINDOW", 3)
     monkeypatch.setattr(limits, "DIRECT_IDS", 20)  # holds 3 matches however the ids run
     assert _word_index_scans(store, "walr*", order) == (3, 0)
-    monkeypatch.setattr(limits, "DIRECT_IDS", 1)  # too few: the rest is read through the index
+    monkeypatch.setattr(limits, "COMMON", 10**9)  # not taken for common: probed by its index
     taken, scans = _word_index_scans(store, "walr*", order)
     assert taken == 3
     assert scans >= 1
