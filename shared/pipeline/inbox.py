@@ -1,97 +1,42 @@
-"""The inbox: every turn recorded once (unique per platform event), in arrival order per key."""
+"""The inbox: every turn recorded once (unique per platform event), in arrival order per key.
+
+This module alone writes the inbox: recording, claiming, finishing and postponing turns. The row
+shapes and statuses are `turn_rows`, the sweeps' and monitors' reads `inbox_report`; both are
+re-exported here, so callers keep using `inbox.TurnRow`, `inbox.summary` and the like.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Row,
-    and_,
-    bindparam,
-    func,
-    literal_column,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import Connection, bindparam, select, update
 
 from shared.db.conflict import InsertOrSkip
 from shared.db.prepared import Prepared
 from shared.db.schema import inbox
 from shared.db.schema import routes as routes_table
 from shared.pipeline import routes
+from shared.pipeline.inbox_report import InboxSummary as InboxSummary
+from shared.pipeline.inbox_report import OpenTurns as OpenTurns
+from shared.pipeline.inbox_report import dead_turns_after as dead_turns_after
+from shared.pipeline.inbox_report import keys_needing_wake as keys_needing_wake
+from shared.pipeline.inbox_report import open_by_platform as open_by_platform
+from shared.pipeline.inbox_report import summary as summary
 from shared.pipeline.leases import Lease
+from shared.pipeline.turn_rows import CANCELLED as CANCELLED
+from shared.pipeline.turn_rows import DEAD as DEAD
+from shared.pipeline.turn_rows import DONE as DONE
+from shared.pipeline.turn_rows import FAILED as FAILED
+from shared.pipeline.turn_rows import IS_OPEN
+from shared.pipeline.turn_rows import OPEN_STATUSES as OPEN_STATUSES
+from shared.pipeline.turn_rows import RUNNING as RUNNING
+from shared.pipeline.turn_rows import WAITING as WAITING
+from shared.pipeline.turn_rows import Recorded as Recorded
+from shared.pipeline.turn_rows import TurnRow as TurnRow
 from shared.session_key import SessionKey
 from shared.turns import InboundTurn
-
-WAITING = "waiting"
-RUNNING = "running"
-DONE = "done"
-FAILED = "failed"
-DEAD = "dead"
-CANCELLED = "cancelled"
-OPEN_STATUSES = (WAITING, RUNNING)
-
-# The open statuses are written into the SQL, not bound: SQLite uses the partial index
-# ix_inbox_open (WHERE status IN ('waiting', 'running')) only when it can see the values, and
-# otherwise walks every turn the key ever had.
-_IS_OPEN = inbox.c.status.in_([literal_column(f"'{status}'") for status in OPEN_STATUSES])
-
-
-@dataclass(frozen=True, slots=True)
-class Recorded:
-    turn_id: int
-    session_key: str
-    seq: int
-    duplicate: bool
-    # A drain held the key's lease when the turn was recorded: it finds the turn before it lets
-    # go (it looks for the next turn and releases in one write), so no wake-up is needed.
-    lease_held: bool = False
-    # A wake-up sent for an earlier turn is still on its way (no drain has taken the lease
-    # since): the drain it starts finds this turn too, so no second wake-up is needed.
-    wake_pending: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TurnRow:
-    id: int
-    platform: str
-    event_id: str
-    session_key: str
-    seq: int
-    kind: str
-    chat_id: str
-    chat_type: str
-    text: str
-    status: str
-    attempts: int
-    received_at: float
-    thread_id: str | None = None
-    user_id: str | None = None
-    user_name: str | None = None
-    message_id: str | None = None
-    reply_to: str | None = None
-    attachments: str | None = None
-    not_before: float | None = None
-    session_id: str | None = None
-    error: str | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    flush_session_id: str | None = None  # a memory-flush turn: the session it was queued for
-
-    @classmethod
-    def from_row(cls, row: Row[Any]) -> TurnRow:
-        return cls.from_mapping(row._mapping)
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[Any, Any]) -> TurnRow:
-        return cls(**{name: data[name] for name in _TURN_FIELDS if name in data})
-
-
-_TURN_FIELDS = tuple(f.name for f in fields(TurnRow))
 
 # Hot statements: built once, run on the driver's cursor (see shared/db/prepared.py).
 _FIND_EVENT = Prepared(
@@ -131,7 +76,7 @@ _INSERT_TURN = InsertOrSkip(
 )
 _NEXT_OPEN = Prepared(
     select(inbox)
-    .where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN)
+    .where(inbox.c.session_key == bindparam("b_key"), IS_OPEN)
     .order_by(inbox.c.seq)
     .limit(1)
 )
@@ -144,11 +89,11 @@ _NEXT_OPEN_WITH_ROUTE = (
             routes.SESSION_STATE_FROM, routes_table.c.session_key == inbox.c.session_key
         )
     )
-    .where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN)
+    .where(inbox.c.session_key == bindparam("b_key"), IS_OPEN)
     .order_by(inbox.c.seq)
     .limit(1)
 )
-_HAS_OPEN = select(inbox.c.id).where(inbox.c.session_key == bindparam("b_key"), _IS_OPEN).limit(1)
+_HAS_OPEN = select(inbox.c.id).where(inbox.c.session_key == bindparam("b_key"), IS_OPEN).limit(1)
 _GET_TURN = select(inbox).where(inbox.c.id == bindparam("b_id"))
 _MARK_RUNNING = Prepared(
     update(inbox)
@@ -358,7 +303,7 @@ def move_chat(conn: Connection, platform: str, old: str, new: str) -> int:
     return int(
         conn.execute(
             update(inbox)
-            .where(inbox.c.platform == platform, inbox.c.chat_id == old, _IS_OPEN)
+            .where(inbox.c.platform == platform, inbox.c.chat_id == old, IS_OPEN)
             .values(chat_id=new)
         ).rowcount
     )
@@ -462,96 +407,5 @@ def postpone_turn(conn: Connection, turn_id: int, not_before: float, error: str)
     conn.execute(_POSTPONE, {"b_id": turn_id, "b_not_before": not_before, "b_error": error})
 
 
-def keys_needing_wake(conn: Connection, now: float, limit: int = 1000) -> list[str]:
-    """Keys with open turns that are due and no live lease: their wake-up was lost."""
-    query = (
-        select(inbox.c.session_key)
-        .join(routes_table, routes_table.c.session_key == inbox.c.session_key)
-        .where(
-            inbox.c.status.in_(OPEN_STATUSES),
-            or_(inbox.c.not_before.is_(None), inbox.c.not_before <= now),
-            or_(routes_table.c.lease_expires_at.is_(None), routes_table.c.lease_expires_at <= now),
-        )
-        .group_by(inbox.c.session_key)
-        .order_by(func.min(inbox.c.received_at))
-        .limit(limit)
-    )
-    return [str(key) for key in conn.execute(query).scalars()]
-
-
 def has_open_turns(conn: Connection, key: str) -> bool:
     return conn.execute(_HAS_OPEN, {"b_key": key}).first() is not None
-
-
-@dataclass(frozen=True, slots=True)
-class InboxSummary:
-    waiting: int
-    running: int
-    dead: int
-    failed: int
-    oldest_waiting_at: float | None
-    leases_held: int
-
-
-def summary(conn: Connection, now: float) -> InboxSummary:
-    rows = conn.execute(
-        select(inbox.c.status, func.count())
-        .where(inbox.c.status.in_((WAITING, RUNNING, DEAD, FAILED)))
-        .group_by(inbox.c.status)
-    ).all()
-    counts = {str(row[0]): int(row[1]) for row in rows}
-    oldest = conn.execute(
-        select(func.min(inbox.c.received_at)).where(inbox.c.status.in_(OPEN_STATUSES))
-    ).scalar()
-    held = conn.execute(
-        select(func.count()).where(
-            and_(routes_table.c.lease_holder.is_not(None), routes_table.c.lease_expires_at > now)
-        )
-    ).scalar_one()
-    return InboxSummary(
-        waiting=int(counts.get(WAITING, 0)),
-        running=int(counts.get(RUNNING, 0)),
-        dead=int(counts.get(DEAD, 0)),
-        failed=int(counts.get(FAILED, 0)),
-        oldest_waiting_at=float(oldest) if oldest is not None else None,
-        leases_held=int(held),
-    )
-
-
-def dead_turns_after(conn: Connection, after_id: int, limit: int = 100) -> list[TurnRow]:
-    rows = conn.execute(
-        select(inbox)
-        .where(inbox.c.status == DEAD, inbox.c.id > after_id)
-        .order_by(inbox.c.id)
-        .limit(limit)
-    ).all()
-    return [TurnRow.from_row(row) for row in rows]
-
-
-@dataclass(frozen=True, slots=True)
-class OpenTurns:
-    """One platform's turns not yet finished."""
-
-    waiting: int
-    running: int
-    oldest_received_at: float | None
-
-
-def open_by_platform(conn: Connection) -> dict[str, OpenTurns]:
-    """Waiting and running turns per platform and the oldest arrival among them: a scan of the
-    open turns only (the partial index), cheap enough for every metrics scrape."""
-    rows = conn.execute(
-        select(inbox.c.platform, inbox.c.status, func.count(), func.min(inbox.c.received_at))
-        .where(_IS_OPEN)
-        .group_by(inbox.c.platform, inbox.c.status)
-    ).all()
-    found: dict[str, dict[str, Any]] = {}
-    for platform, status, count, oldest in rows:
-        entry = found.setdefault(str(platform), {WAITING: 0, RUNNING: 0, "oldest": None})
-        entry[str(status)] = int(count)
-        if oldest is not None and (entry["oldest"] is None or oldest < entry["oldest"]):
-            entry["oldest"] = float(oldest)
-    return {
-        platform: OpenTurns(entry[WAITING], entry[RUNNING], entry["oldest"])
-        for platform, entry in found.items()
-    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 from shared.db import Store
@@ -66,7 +67,19 @@ def filler(n: int, word: str = "filler") -> list[str]:
 
 
 def backend_of(store: Store) -> SearchBackend:
-    """The search backend module of the store's dialect (tests tune its limits)."""
+    """The search backend module of the store's dialect."""
     found = backend_for(store.dialect)
     assert found is not None
     return found
+
+
+def limits_of(store: Store) -> ModuleType:
+    """The module holding the dialect's search limits, read when a search runs, so tests tune
+    them there: SQLite's backend itself; PostgreSQL's `shared.search.postgresql.limits`."""
+    if store.dialect == "postgresql":
+        from shared.search.postgresql import limits
+
+        return limits
+    from shared.search.sqlite import backend
+
+    return backend

@@ -15,71 +15,57 @@ replies sent once each, in order (save what EXCUSE_SENDS_REPEATED_AFTER_SIGKILL 
 nothing w2 asked the model before the cut reached a session whose lease had moved (fencing);
 the standby beat holds the lock and its redrive woke a turn whose wake-up was lost; every
 photo's transcript names a blob whose bytes a process on every host reads back from the store
-(see `check_attachments_everywhere`).
+(see `fleet_netns_kit.check_attachments_everywhere`).
 
 Where `ip netns` is not permitted the test skips saying so, except under CI=true: it fails.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 import redis
-from starlette.requests import Request
 
-from producers.intake import accept
-from shared.db import Store, open_store
-from shared.ports import RecordingWaker
-from shared.settings import load_settings
+from shared.db import open_store
 from shared.store.fleet import fleet_id
-from shared.turns import InboundTurn
 from tests import fleet_views as views
 from tests import netns_kit
-from tests.fakes.openai_server import FakeOpenAI, Step, _last_user
 from tests.fakes.server import Served
-from tests.fakes.telegram_api import FakeTelegram
 from tests.fleet_checks import (
-    READ_BLOBS,
-    chat_id,
-    check_read_back,
     check_sends,
     check_transcripts,
     key_of,
     label,
     photo,
-    photo_blobs,
     repeated_after_sigkill,
     waits_after_kill,
+)
+from tests.fleet_netns_kit import (
+    CHATS,
+    GATEWAY_PORT,
+    TOKEN,
+    TURNS,
+    Fleet,
+    HostAwareTelegram,
+    TaggingModel,
+    beat_holding,
+    check_attachments_everywhere,
+    cut_a_lease_holder,
+    drive,
+    has_photo,
+    kill_scheduling_beat,
+    kill_worker_host,
+    photo_id,
+    wait_healthy,
 )
 from workers.beat_lock import LOCK_PREFIX
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "424242424:AAFakeTokenForTheNetnsFleet"
-SECRET = "netns-fleet-webhook-secret"
-GATEWAY_PORT = 8080
-
-CHATS = 120  # ≥ 100 chats
-TURNS = 9  # each: 1,080 turns
-ROUND_SECONDS = 6.0  # every chat sends its next turn once per round
-PHOTO_EVERY = 19  # about one turn in 19 carries a photo
-LEASE = 3.0
-SLOW_MODEL = 15.0  # how long the model keeps the host about to be cut waiting
-LABEL = re.compile(r"c\d{3} t\d{2}")
 # Delivery is at least once (DESIGN.md §2.4): a worker SIGKILLed (or cut off) after Telegram
 # accepted a reply but before it recorded the send leaves the row pending, and the worker that
 # takes the lane over sends it again; sendMessage has no idempotency key. Issue 17 asks for no
@@ -89,119 +75,6 @@ LABEL = re.compile(r"c\d{3} t\d{2}")
 # a copy the cut host had in flight that reaches Telegram after the lane moved (its kernel must
 # drop it: workers/delivery/sockets.py), which would be a reply twice and out of order.
 EXCUSE_SENDS_REPEATED_AFTER_SIGKILL = True
-
-
-# --- the fake model: an echo tagged per request, slow on demand for one host's model name ---
-
-
-@dataclass
-class Asked:
-    tag: str
-    model: str
-    at: float
-    label: str | None  # the turn this request answers (its last user text starts with it)
-
-
-class TaggingModel(FakeOpenAI):
-    """Echoes the last user text plus `[m<n>]`, n counting requests: a reply in a transcript
-    says which request (so which host, by its model name) produced it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.slow: dict[str, float] = {}
-        self.asked: list[Asked] = []
-
-    def _next(self, body: dict[str, Any]) -> Step:
-        user = _last_user(body)
-        model = str(body.get("model"))
-        found = LABEL.match(user)
-        with self._lock:
-            tag = f"[m{len(self.asked) + 1}]"
-            self.asked.append(Asked(tag, model, time.time(), found.group(0) if found else None))
-            delay = self.slow.get(model, 0.0)
-        return Step(content=f"echo: {user} {tag}", first_delay=delay)
-
-
-class HostAwareTelegram(FakeTelegram):
-    """Records which host each Bot API call came from (`_from`) and when (`_at`)."""
-
-    async def _params(self, request: Request) -> dict[str, Any]:
-        params = await super()._params(request)
-        params["_from"] = request.client.host if request.client else None
-        params["_at"] = time.time()
-        return params
-
-
-# --- the fleet ---
-
-
-@dataclass
-class Fleet:
-    net: netns_kit.Network
-    tmp: Path
-    model: TaggingModel
-    telegram: FakeTelegram
-    database_url: str = ""
-    broker_url: str = ""
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def env(self, role: str, **extra: str) -> dict[str, str]:
-        home = self.tmp / role
-        home.mkdir(exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
-        env.update(
-            HERMES_HOME=str(home),
-            HERMES_DATABASE_URL=self.database_url,
-            HERMES_BROKER_URL=self.broker_url,
-            HERMES_MODEL__BASE_URL=self.model.url,
-            HERMES_MODEL__API_KEY="sk-fake-netns",
-            HERMES_MODEL__NAME=f"fake-{role}",  # the model sees which host asks
-            HERMES_MODEL__RETRY_BACKOFF_SECONDS="0.2",
-            HERMES_PLATFORMS__TELEGRAM__TOKEN=TOKEN,
-            HERMES_PLATFORMS__TELEGRAM__WEBHOOK_SECRET=SECRET,
-            HERMES_PLATFORMS__TELEGRAM__API_BASE=self.telegram.api_base,
-            HERMES_PIPELINE__LEASE_SECONDS=str(LEASE),
-            HERMES_PIPELINE__REDRIVE_SECONDS="1",
-            HERMES_PIPELINE__RETRY_BACKOFF_SECONDS="0.2",
-            PYTHONPATH=str(ROOT),
-            **extra,
-        )
-        return env
-
-    def start(self, name: str, role: str, *args: str, **extra: str) -> subprocess.Popen[bytes]:
-        host = self.net.hosts[role]
-        argv = host.argv(sys.executable, "-m", "producers.cli.main", *args)
-        with (self.tmp / f"{name}.log").open("ab") as log:
-            proc = subprocess.Popen(
-                argv, env=self.env(role, **extra), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
-            )
-        self.procs[name] = proc
-        return proc
-
-    def start_worker(self, role: str) -> None:
-        self.start(role, role, "worker", "-c", "8", "-l", "INFO", "-n", f"{role}@%h")
-
-    def log(self, name: str) -> str:
-        path = self.tmp / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in self.procs)
-
-    def grep(self, *words: str) -> list[str]:
-        """Every process's log lines holding one of `words`, each prefixed by its process."""
-        return [
-            f"{name}: {line}"
-            for name in self.procs
-            for line in self.log(name).splitlines()
-            if any(word in line for word in words)
-        ]
-
-    def reap(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
 
 
 @pytest.fixture
@@ -233,196 +106,6 @@ def fleet(network: netns_kit.Network, tmp_path: Path) -> Iterator[Fleet]:
         model.stop()
 
 
-# --- driving: webhook POSTs to the receiver ---
-
-
-def _update(chat: int, n: int) -> dict[str, Any]:
-    number = chat_id(chat)
-    user = {"id": number, "is_bot": False, "first_name": f"User{chat}"}
-    message: dict[str, Any] = {
-        "message_id": n + 1,
-        "from": user,
-        "chat": {"id": number, "first_name": f"User{chat}", "type": "private"},
-        "date": int(time.time()),
-    }
-    if _has_photo(chat, n):
-        size = {"file_size": 700, "width": 64, "height": 48}
-        message["photo"] = [{"file_id": _photo_id(chat, n), "file_unique_id": f"u{chat}", **size}]
-        message["caption"] = label(chat, n)
-    else:
-        message["text"] = label(chat, n)
-    return {"update_id": chat * 100 + n + 1, "message": message}
-
-
-def _has_photo(chat: int, n: int) -> bool:
-    return (chat * TURNS + n) % PHOTO_EVERY == 0
-
-
-def _photo_id(chat: int, n: int) -> str:
-    return f"AgACphoto{chat:03d}x{n:02d}"
-
-
-def _drive(url: str, chats: list[int], start: float, failures: list[str]) -> None:
-    headers = {"X-Telegram-Bot-Api-Secret-Token": SECRET}
-    with httpx.Client(timeout=30) as client:
-        for n in range(TURNS):
-            for chat in chats:
-                try:
-                    answer = client.post(url, json=_update(chat, n), headers=headers)
-                    if answer.status_code != 200:
-                        failures.append(f"{label(chat, n)}: HTTP {answer.status_code}")
-                except httpx.HTTPError as exc:
-                    failures.append(f"{label(chat, n)}: {exc!r}")
-            pause = start + (n + 1) * ROUND_SECONDS - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-
-
-# --- the checks ---
-
-
-def check_attachments_everywhere(
-    fleet: Fleet, transcripts: dict[str, list[tuple[str, str]]], photos: list[tuple[int, int]]
-) -> list[str]:
-    """Every photo turn's attachment readable from every host: its transcript names a blob of
-    the served photo's digest, and one process per host reads all of them from the store."""
-    wanted, problems = photo_blobs(transcripts, photos)
-    shas = sorted(set(wanted.values()))
-    readers = {}
-    for role, host in fleet.net.hosts.items():
-        argv = host.argv(sys.executable, "-c", READ_BLOBS, *shas)
-        readers[role] = subprocess.Popen(
-            argv, env=fleet.env(role), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
-        )
-    for role, proc in readers.items():
-        out, err = proc.communicate(timeout=60)
-        if proc.returncode != 0:
-            problems.append(f"{role}: the reader failed ({proc.returncode}): {err.decode()[-800:]}")
-            continue
-        problems += check_read_back(role, wanted, json.loads(out) if out.strip() else None)
-    return problems
-
-
-# --- faults ---
-
-
-def _kill_worker_host(fleet: Fleet, log: list[str]) -> float:
-    killed = fleet.net.kill_host(fleet.net.hosts["w1"])
-    killed_at = time.time()
-    fleet.procs["w1"].wait()
-    log.append(f"SIGKILL every process of host w1: {len(killed)} processes")
-    return killed_at
-
-
-def _cut_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> dict[str, Any]:
-    """Make w2's model slow, wait until w2 holds a lease on a turn waiting for that model, cut
-    w2 off past the lease until another worker took that session over, then bring it back."""
-    host = fleet.net.hosts["w2"]
-    fleet.model.slow["fake-w2"] = SLOW_MODEL
-    mark = len(fleet.model.asked)
-    deadline = time.monotonic() + 60
-    while True:
-        assert time.monotonic() < deadline, "w2 never held a lease while asking the model"
-        held = views.held_running(store, set(fleet.net.pids(host)))
-        now = time.time()
-        waiting = {
-            key_of(int(a.label[1:4])): a
-            for a in fleet.model.asked[mark:]
-            if a.model == "fake-w2" and a.label and now - a.at < SLOW_MODEL - 5
-        }
-        caught = {key: fence for key, fence in held.items() if key in waiting}
-        if caught:
-            break
-        time.sleep(0.05)
-    fleet.net.cut(host)
-    cut_at, cut_wall = time.monotonic(), time.time()
-    # Cut wherever w2 was: inside a write, its row locks stay on the data host until the
-    # server ends that transaction (shared/db/pg_pool.WRITE_IDLE_TIMEOUT), not until w2 is back.
-    time.sleep(0.3)  # a statement sent just before the cut has reached the server
-    log.append(
-        f"w2 cut with {views.in_transaction(store, host.ip)} transactions open on the server"
-    )
-    # The fences as the cut left them (w2 changes none from here; no lease it held has expired
-    # yet): every one that moves from now on was taken over by another worker.
-    held = views.fences(store, list(held))
-    caught = {key: held[key] for key in caught}
-    log.append(f"cut w2 off holding {len(held)} leases, {len(caught)} waiting on the model")
-    while time.monotonic() < cut_at + 45:
-        now_fences = views.fences(store, list(caught))
-        taken = any(now_fences.get(k, 0) > f for k, f in caught.items())
-        if taken and time.monotonic() > cut_at + 2 * LEASE:
-            break
-        time.sleep(0.1)
-    after = views.fences(store, list(held))
-    moved = sorted(k for k, f in held.items() if after.get(k, 0) > f)
-    fleet.net.restore(host)
-    restored = time.time()
-    fleet.model.slow.pop("fake-w2")
-    took = time.monotonic() - cut_at
-    log.append(f"w2 back after {took:.1f} s (lease {LEASE} s); {len(moved)} sessions taken over")
-    assert set(moved) & set(caught), f"no session w2 was mid-turn on was taken over: {caught}"
-    # What w2 asked the model for those sessions and had no answer to before the cut (each
-    # answer comes SLOW_MODEL s after its question): none of it may be committed or sent.
-    stale = [
-        a
-        for a in fleet.model.asked[mark:]
-        if a.model == "fake-w2"
-        and a.label
-        and cut_wall - SLOW_MODEL + 0.5 < a.at < restored
-        and key_of(int(a.label[1:4])) in moved
-    ]
-    return {"moved": moved, "stale": stale, "seconds": took, "cut_at": cut_wall}
-
-
-def _beat_holding(fleet: Fleet) -> str | None:
-    holding = []
-    for name in ("beat-recv", "beat-w3"):
-        states = re.findall(r"holds the fleet's beat lock|standing by", fleet.log(name))
-        if states and states[-1].startswith("holds") and fleet.procs[name].poll() is None:
-            holding.append(name)
-    return holding[0] if len(holding) == 1 else None
-
-
-def _kill_scheduling_beat(
-    fleet: Fleet, store: Store, broker: redis.Redis, log: list[str]
-) -> dict[str, Any]:
-    lock = LOCK_PREFIX + fleet_id(store)
-    deadline = time.monotonic() + 40
-    while (holder := _beat_holding(fleet)) is None or broker.get(lock) is None:
-        assert time.monotonic() < deadline, f"no beat holds {lock}:\n{fleet.logs()}"
-        time.sleep(0.2)
-    token = broker.get(lock)
-    fleet.procs[holder].send_signal(signal.SIGKILL)
-    fleet.procs[holder].wait()
-    killed_at = time.monotonic()
-    standby = "beat-w3" if holder == "beat-recv" else "beat-recv"
-    log.append(f"SIGKILL {holder}, the beat holding {lock}")
-    time.sleep(1.5)  # a redrive it sent just before expires unrun (its expiry: redrive_seconds)
-    # A turn whose wake-up is lost (recorded, never sent): only a redrive can wake it, and no
-    # beat schedules one until the standby has taken over.
-    settings = load_settings(fleet.env("recv"))
-    lost_chat = str(chat_id(999))  # "c999": no webhook writes from it
-    lost = InboundTurn(
-        platform="telegram",
-        chat_id=lost_chat,
-        chat_type="dm",
-        event_id="lost-wake-1",
-        text="c999 t00",
-        user_id=lost_chat,
-        message_id="1",
-    )
-    assert accept(store, RecordingWaker(), lost, settings=settings, clock=time.time).woken
-    while (now_token := broker.get(lock)) in (None, token) or _beat_holding(fleet) != standby:
-        assert time.monotonic() < killed_at + 60, f"standby never took over:\n{fleet.logs()}"
-        time.sleep(0.2)
-    took = time.monotonic() - killed_at
-    log.append(f"{standby} took the lock over after {took:.1f} s")
-    while "Sending due task redrive" not in fleet.log(standby).rsplit("holds the fleet's", 1)[1]:
-        assert time.monotonic() < killed_at + 90, f"{standby} never sent a redrive:\n{fleet.logs()}"
-        time.sleep(0.2)
-    return {"standby": standby, "token": now_token, "seconds": took}
-
-
 # --- the test ---
 
 
@@ -436,8 +119,8 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
     try:
         for chat in range(CHATS):
             for n in range(TURNS):
-                if _has_photo(chat, n):
-                    fleet.telegram.files[_photo_id(chat, n)] = photo(chat, n)
+                if has_photo(chat, n):
+                    fleet.telegram.files[photo_id(chat, n)] = photo(chat, n)
         for role in ("w1", "w2", "w3"):
             fleet.start_worker(role)
         recv = net.hosts["recv"]
@@ -446,14 +129,14 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
         fleet.start("beat-recv", "recv", "beat", "-l", "INFO")
         fleet.start("beat-w3", "w3", "beat", "-l", "INFO")
         base = f"http://{recv.ip}:{GATEWAY_PORT}"
-        _wait_healthy(fleet, f"{base}/healthz")
+        wait_healthy(fleet, f"{base}/healthz")
         started = time.monotonic()
         log.append(f"fleet up after {started - began:.1f} s")
 
         failures: list[str] = []
         drivers = [
             threading.Thread(
-                target=_drive,
+                target=drive,
                 args=(f"{base}/telegram/webhook", list(range(i, CHATS, 6)), started, failures),
             )
             for i in range(6)
@@ -461,11 +144,11 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
         for thread in drivers:
             thread.start()
         time.sleep(8)
-        w1_killed_at = _kill_worker_host(fleet, log)
-        cut = _cut_a_lease_holder(fleet, store, log)
+        w1_killed_at = kill_worker_host(fleet, log)
+        cut = cut_a_lease_holder(fleet, store, log)
         fleet.start_worker("w1")  # the killed host comes back
         log.append("w1 restarted")
-        beat = _kill_scheduling_beat(fleet, store, broker, log)
+        beat = kill_scheduling_beat(fleet, store, broker, log)
         for thread in drivers:
             thread.join(180)
         log.append(f"all turns posted after {time.monotonic() - started:.1f} s")
@@ -482,7 +165,7 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
         expected[key_of(999)] = ["c999 t00"]
         transcripts = views.transcripts(store)
         statuses = views.statuses(store)
-        photos = [(c, n) for c in range(CHATS) for n in range(TURNS) if _has_photo(c, n)]
+        photos = [(c, n) for c in range(CHATS) for n in range(TURNS) if has_photo(c, n)]
         stale_tags = {a.tag for a in cut["stale"]}
         landed = [
             (key, content)
@@ -525,7 +208,7 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
         assert not landed, landed[:5]
         # The standby took over: it holds the lock under a new token, and its redrive woke the
         # turn whose wake-up was lost (checked above: c999 t00 answered once).
-        assert _beat_holding(fleet) == beat["standby"]
+        assert beat_holding(fleet) == beat["standby"]
         assert broker.get(LOCK_PREFIX + fleet_id(store)) == beat["token"]
         reading = time.monotonic()
         problems = check_attachments_everywhere(fleet, transcripts, photos)
@@ -537,17 +220,3 @@ def test_fleet_across_network_namespaces(fleet: Fleet) -> None:
     finally:
         store.close()
         broker.close()
-
-
-def _wait_healthy(fleet: Fleet, url: str) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        for name, proc in fleet.procs.items():
-            assert proc.poll() is None, f"{name} exited:\n{fleet.logs()}"
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"the receiver never answered {url}:\n{fleet.logs()}")

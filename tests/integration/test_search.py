@@ -7,7 +7,7 @@ import pytest
 from shared.db import Store
 from shared.store.messages import append_message
 from shared.store.sessions import create_session
-from tests.integration.search_kit import Log, backend_of, call, filler, ids
+from tests.integration.search_kit import Log, call, filler, ids, limits_of
 
 pytestmark = pytest.mark.both_databases
 
@@ -283,15 +283,15 @@ def test_substrings_are_exact_though_the_index_keeps_no_positions(store: Store, 
 def test_short_common_term_paths(store: Store, log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
     """A short term with many trigrams: the newest messages are checked directly, then the rest
     goes through the full expansion; both give the same sessions as the plain path."""
-    backend = backend_of(store)
+    limits = limits_of(store)
     for i in range(8):
         log.session(f"s{i}", [f"这是第{i}个测试{'的' * i}", "好的"])
     expected = {f"s{i}" for i in range(8)}
     plain = set(ids(call(store, query="测", limit=10)))
     assert plain == expected
-    monkeypatch.setattr(backend, "MAX_EXPANSION", 1, raising=store.dialect == "sqlite")
-    monkeypatch.setattr(backend, "SCAN_ROWS", 3)
-    monkeypatch.setattr(backend, "SCAN_CHUNK", 2)
+    monkeypatch.setattr(limits, "MAX_EXPANSION", 1, raising=store.dialect == "sqlite")
+    monkeypatch.setattr(limits, "SCAN_ROWS", 3)
+    monkeypatch.setattr(limits, "SCAN_CHUNK", 2)
     for sort in (None, "newest", "oldest"):
         result = call(store, query="测", limit=10, sort=sort)
         assert set(ids(result)) == expected, sort
@@ -305,14 +305,14 @@ def test_common_short_term_beside_a_rare_one(
     """`我 配置 鹓鶵鸑鷟`: the rare term chooses the rows (the common short ones, too common to
     expand, are checked on them), so an old fact past the directly checked newest messages is
     found, in every order, and nothing holding only the common terms comes with it."""
-    backend = backend_of(store)
+    limits = limits_of(store)
     log.session("old", ["我之前说过配置里的鹓鶵鸑鷟应该是42", "好的"])
     log.session("rare-only", ["鹓鶵鸑鷟是什么", "不知道"])
     for i in range(6):
         log.session(f"new{i}", [f"我说过配置第{i}次{'的' * i}", "好的"])
-    monkeypatch.setattr(backend, "MAX_EXPANSION", 1, raising=store.dialect == "sqlite")
-    monkeypatch.setattr(backend, "SCAN_ROWS", 2)
-    monkeypatch.setattr(backend, "SCAN_CHUNK", 2)
+    monkeypatch.setattr(limits, "MAX_EXPANSION", 1, raising=store.dialect == "sqlite")
+    monkeypatch.setattr(limits, "SCAN_ROWS", 2)
+    monkeypatch.setattr(limits, "SCAN_CHUNK", 2)
     for sort in (None, "newest", "oldest"):
         assert ids(call(store, query="我 配置 鹓鶵鸑鷟", sort=sort, limit=10)) == ["old"], sort
     assert set(ids(call(store, query="我 配置", limit=10))) == {"old"} | {

@@ -10,8 +10,9 @@ import pytest
 from sqlalchemy import text
 
 from shared.db import Store
-from shared.search.postgresql.backend import PROBE_SQL, Words
 from shared.search.postgresql.compiler import compile_pairs, compile_words
+from shared.search.postgresql.limits import PROBE_SQL
+from shared.search.postgresql.words import Words
 from shared.search.query import parse
 from tests.integration.search_kit import Log, call, ids
 

@@ -12,7 +12,7 @@ from shared.db import Store
 from shared.search import SearchRequest, search
 from shared.search.request import ARGUMENTS
 from shared.search.tool import SYSTEM_PROMPT, TOOL_NAME, TOOL_SCHEMA, run
-from tests.integration.search_kit import Log, backend_of, call, filler, ids
+from tests.integration.search_kit import Log, call, filler, ids, limits_of
 
 pytestmark = pytest.mark.both_databases
 
@@ -165,10 +165,10 @@ def test_non_object_arguments(store: Store) -> None:
 def test_relevance_walks_windows_and_ranks_common_terms_newest_first(
     store: Store, log: Log, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = backend_of(store)
-    monkeypatch.setattr(backend, "RANK_WINDOW", 4)
+    limits = limits_of(store)
+    monkeypatch.setattr(limits, "RANK_WINDOW", 4)
     # SQLite's bm25 skips a term in more messages than this; ts_rank weighs rows on their own
-    monkeypatch.setattr(backend, "MAX_SCORED_DF", 3, raising=store.dialect == "sqlite")
+    monkeypatch.setattr(limits, "MAX_SCORED_DF", 3, raising=store.dialect == "sqlite")
     for i in range(12):
         log.session(f"s{i:02}", [f"common word {i}", "ok"])
     result = call(store, query="common", limit=10)

@@ -10,8 +10,9 @@ import pytest
 
 from shared.db import Store
 from shared.search.backend import Filters, Order
+from shared.search.postgresql import windows, words
 from shared.search.query import parse
-from tests.integration.search_kit import Log, backend_of
+from tests.integration.search_kit import Log, backend_of, limits_of
 
 pytestmark = pytest.mark.both_databases
 
@@ -56,25 +57,25 @@ def test_windows_find_every_match_once_in_every_order(
 ) -> None:
     """(`at once`: on PostgreSQL, past a probe that found too many, every id in one bitmap read
     with the bounds checked on its rows, batch after batch.)"""
-    backend = backend_of(store)
+    limits = limits_of(store)
     postgresql = store.dialect == "postgresql"
     matches = _write(log)
     # On PostgreSQL: windows however narrow the id range, the probe skipped (so its few
     # matches do not stand in for the windows), and batches that end on and across edges.
-    monkeypatch.setattr(backend, "WINDOW_MIN_SPAN", 0, raising=postgresql)
+    monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0, raising=postgresql)
     if reading == "windows":
-        monkeypatch.setattr(backend, "COMMON", 0, raising=postgresql)
+        monkeypatch.setattr(limits, "COMMON", 0, raising=postgresql)
     else:
-        monkeypatch.setattr(backend, "COMMON", 10**9, raising=postgresql)
-        monkeypatch.setattr(backend, "FEW", 0, raising=postgresql)
-        monkeypatch.setattr(backend, "FEW_PAIRS", 10**9, raising=postgresql)
-    monkeypatch.setattr(backend, "BATCH", batch)
-    monkeypatch.setattr(backend, "MAX_WINDOWS", 1000)  # every ranked window, however small
+        monkeypatch.setattr(limits, "COMMON", 10**9, raising=postgresql)
+        monkeypatch.setattr(limits, "FEW", 0, raising=postgresql)
+        monkeypatch.setattr(limits, "FEW_PAIRS", 10**9, raising=postgresql)
+    monkeypatch.setattr(limits, "BATCH", batch)
+    monkeypatch.setattr(limits, "MAX_WINDOWS", 1000)  # every ranked window, however small
     if postgresql:
         with store.read() as conn:
             db = conn.connection.driver_connection
-            assert len(backend._windows(db, None, Order.NEWEST)) == 3
-            assert len(backend._windows(db, None, Order.OLDEST)) == 3
+            assert len(windows.windows(db, None, Order.NEWEST)) == 3
+            assert len(windows.windows(db, None, Order.OLDEST)) == 3
     ids = [mid for mid, _pad in matches]
     assert _hits(store, Order.NEWEST) == ids[::-1]
     assert _hits(store, Order.OLDEST) == ids
@@ -82,8 +83,81 @@ def test_windows_find_every_match_once_in_every_order(
     assert _hits(store, Order.NEWEST, '"walrus pad"') == padded[::-1]
     assert _hits(store, Order.OLDEST, '"walrus pad"') == padded
     for window in (1, 3, 4, 7, 256):
-        monkeypatch.setattr(backend, "RANK_WINDOW", window)
+        monkeypatch.setattr(limits, "RANK_WINDOW", window)
         assert _hits(store, Order.RELEVANCE) == _ranked(matches, window), window
+
+
+PREFIX_READINGS = ["direct 1", "direct 5", "direct 37", "direct 1000000", "at once", "windows"]
+
+
+@pytest.mark.parametrize("reading", PREFIX_READINGS)
+@pytest.mark.parametrize("batch", [1, 3, 64])
+def test_a_prefix_finds_every_match_once_however_it_is_read(
+    store: Store, log: Log, monkeypatch: pytest.MonkeyPatch, batch: int, reading: str
+) -> None:
+    """On PostgreSQL a prefix the planner takes for common first walks the primary key over the
+    newest (oldest) DIRECT_IDS ids, then reads the rest window by window (`direct N`: the
+    direct window's edge inside a batch, on one, or past them all); past the probe, a sparser
+    one is read at once or in windows, always as bitmaps. Each finds exactly what one query
+    over every id finds, in every order."""
+    limits = limits_of(store)
+    postgresql = store.dialect == "postgresql"
+    matches = _write(log)
+    monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0, raising=postgresql)
+    if reading.startswith("direct"):
+        monkeypatch.setattr(limits, "COMMON", 0, raising=postgresql)  # taken for common
+        monkeypatch.setattr(limits, "DIRECT_IDS", int(reading.split()[1]), raising=postgresql)
+    else:
+        monkeypatch.setattr(limits, "COMMON", 10**9, raising=postgresql)
+        monkeypatch.setattr(limits, "FEW", 0, raising=postgresql)  # probed: too many
+        monkeypatch.setattr(
+            limits, "AT_ONCE", 10**9 if reading == "at once" else 0, raising=postgresql
+        )
+    monkeypatch.setattr(limits, "BATCH", batch)
+    monkeypatch.setattr(limits, "MAX_WINDOWS", 1000)
+    ids = [mid for mid, _pad in matches]
+    assert _hits(store, Order.NEWEST, "walr*") == ids[::-1]
+    assert _hits(store, Order.OLDEST, "walr*") == ids
+    for window in (1, 3, 7, 256):
+        monkeypatch.setattr(limits, "RANK_WINDOW", window)
+        assert _hits(store, Order.RELEVANCE, "walr*") == _ranked(matches, window), window
+
+
+def _word_index_scans(store: Store, query: str, order: Order) -> tuple[int, int]:
+    """(hits taken, scans of the word index) for the first batch of `query`, in one
+    transaction (pg_stat_get_xact_numscans counts the transaction's own scans)."""
+    backend = backend_of(store)
+    with store.read() as conn:
+        db = conn.connection.driver_connection
+        found = backend.hits(conn, parse(query), Filters(roles=ROLES), order)
+        taken = sum(1 for _ in zip(range(3), found, strict=False))
+        scans = db.execute(
+            "SELECT pg_stat_get_xact_numscans('ix_messages_search_words'::regclass)"
+        ).fetchone()
+    return taken, int(scans[0])
+
+
+@pytest.mark.parametrize("order", [Order.NEWEST, Order.OLDEST, Order.RELEVANCE])
+def test_a_dense_prefix_fills_its_first_batch_without_its_index_entry(
+    store: Store, log: Log, monkeypatch: pytest.MonkeyPatch, order: Order
+) -> None:
+    """GIN builds a prefix's whole bitmap (every word it expands to) for any statement that
+    reads it, 35-70 ms for a dense one at 1.5M messages: a prefix whose first batch is in its
+    newest ids is read there by the primary key, and its index entry is never read."""
+    if store.dialect != "postgresql":
+        pytest.skip("the direct window is how PostgreSQL reads a prefix (FTS5 reads no bitmap)")
+    limits = limits_of(store)
+    _write(log)
+    monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0)
+    monkeypatch.setattr(limits, "COMMON", 0)  # the planner takes it for common
+    monkeypatch.setattr(limits, "BATCH", 3)
+    monkeypatch.setattr(limits, "RANK_WINDOW", 3)
+    monkeypatch.setattr(limits, "DIRECT_IDS", 20)  # holds 3 matches however the ids run
+    assert _word_index_scans(store, "walr*", order) == (3, 0)
+    monkeypatch.setattr(limits, "COMMON", 10**9)  # not taken for common: probed by its index
+    taken, scans = _word_index_scans(store, "walr*", order)
+    assert taken == 3
+    assert scans >= 1
 
 
 @pytest.mark.parametrize("batch", [1, 2, 3, 64])
@@ -93,7 +167,7 @@ def test_substring_windows_find_every_match_once_in_every_order(
 ) -> None:
     """A short piece (`中文`: the newest messages checked directly first) and a longer one
     (`中文日本`: its pieces' index entries) past the windows' edges."""
-    backend = backend_of(store)
+    limits = limits_of(store)
     postgresql = store.dialect == "postgresql"
     matches: list[int] = []
     for s in range(4):
@@ -102,11 +176,11 @@ def test_substring_windows_find_every_match_once_in_every_order(
             if query in text:
                 matches.append(mid)
     matches.sort()
-    monkeypatch.setattr(backend, "WINDOW_MIN_SPAN", 0, raising=postgresql)
-    monkeypatch.setattr(backend, "FEW", 0, raising=postgresql)  # no probe's few stand in
-    monkeypatch.setattr(backend, "BATCH", batch)
-    monkeypatch.setattr(backend, "SCAN_ROWS", 3)
-    monkeypatch.setattr(backend, "SCAN_CHUNK", 2)
+    monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0, raising=postgresql)
+    monkeypatch.setattr(limits, "FEW", 0, raising=postgresql)  # no probe's few stand in
+    monkeypatch.setattr(limits, "BATCH", batch)
+    monkeypatch.setattr(limits, "SCAN_ROWS", 3)
+    monkeypatch.setattr(limits, "SCAN_CHUNK", 2)
     assert _hits(store, Order.NEWEST, query) == matches[::-1]
     assert _hits(store, Order.OLDEST, query) == matches
     if postgresql:  # substring matches weigh nothing there: newest first (SQLite: bm25)
@@ -121,33 +195,33 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
     """On PostgreSQL a phrase is read through the word index (its words' rows, positions
     checked on each), or through the pairs index, window by window (a common pair) or in one
     read (an uncommon one): every way finds exactly the phrase's matches, in every order."""
-    backend = backend_of(store)
+    limits = limits_of(store)
     postgresql = store.dialect == "postgresql"
     matches = _write(log)
     padded = [(mid, pad) for mid, pad in matches if pad]
-    monkeypatch.setattr(backend, "WINDOW_MIN_SPAN", 0, raising=postgresql)
-    monkeypatch.setattr(backend, "COMMON", 0, raising=postgresql)
-    monkeypatch.setattr(backend, "BATCH", batch)
-    monkeypatch.setattr(backend, "MAX_WINDOWS", 1000)
-    monkeypatch.setattr(backend, "PAIRS_BIAS", 0 if drive == "words" else 1e9, raising=postgresql)
+    monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0, raising=postgresql)
+    monkeypatch.setattr(limits, "COMMON", 0, raising=postgresql)
+    monkeypatch.setattr(limits, "BATCH", batch)
+    monkeypatch.setattr(limits, "MAX_WINDOWS", 1000)
+    monkeypatch.setattr(limits, "PAIRS_BIAS", 0 if drive == "words" else 1e9, raising=postgresql)
     monkeypatch.setattr(
-        backend, "FEW_PAIRS", 1e9 if drive == "pairs at once" else -1, raising=postgresql
+        limits, "FEW_PAIRS", 1e9 if drive == "pairs at once" else -1, raising=postgresql
     )
     if postgresql:
         with store.read() as conn:
             tree = parse('"walrus pad"').tree
             db = conn.connection.driver_connection
-            words = backend._driven(db, tree, "'walrus' <-> 'pad'", ROLES)
-            read, _few, edges = backend._reading(db, words, Order.NEWEST)
-        assert (words.pairs is None) == (drive == "words")
+            driven = words.driven(db, tree, "'walrus' <-> 'pad'", ROLES)
+            read, _few, edges = words.reading(db, driven, Order.NEWEST)
+        assert (driven.pairs is None) == (drive == "words")
         assert read.at_once == (drive == "pairs at once") == (not edges)
     ids = [mid for mid, _pad in padded]
     assert _hits(store, Order.NEWEST, '"walrus pad"') == ids[::-1]
     assert _hits(store, Order.OLDEST, '"walrus pad"') == ids
     assert _hits(store, Order.NEWEST, '"pad walrus"') == []
-    bias = backend.PAIRS_BIAS
+    bias = limits.PAIRS_BIAS
     for window in (1, 4, 256):
-        monkeypatch.setattr(backend, "RANK_WINDOW", window)
+        monkeypatch.setattr(limits, "RANK_WINDOW", window)
         ranked = _hits(store, Order.RELEVANCE, '"walrus pad"')
         assert sorted(ranked) == ids, window
         # each window of the newest matches ranked within itself, as the word index ranks it
@@ -155,6 +229,6 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
         for at in range(0, len(ids), window):
             assert sorted(ranked[at : at + window]) == sorted(newest[at : at + window]), window
         if postgresql:
-            monkeypatch.setattr(backend, "PAIRS_BIAS", 0)
+            monkeypatch.setattr(limits, "PAIRS_BIAS", 0)
             assert ranked == _hits(store, Order.RELEVANCE, '"walrus pad"'), window
-            monkeypatch.setattr(backend, "PAIRS_BIAS", bias)
+            monkeypatch.setattr(limits, "PAIRS_BIAS", bias)

@@ -9,8 +9,8 @@ from sqlalchemy import text
 
 from shared.db import Store
 from shared.search.postgresql import ddl
-from shared.search.postgresql.backend import PROBE_SQL
 from shared.search.postgresql.compiler import compile_substrings, predicate, words_of
+from shared.search.postgresql.limits import PROBE_SQL
 from shared.search.query import parse
 from tests.integration.search_kit import Log, call, ids
 
@@ -128,7 +128,7 @@ def test_a_word_the_planner_knows_as_common_is_found_without_the_probe(
     matches in id order; what it finds is what the probed path finds."""
     if store.dialect != "postgresql":
         pytest.skip("the PostgreSQL word index")
-    from shared.search.postgresql import backend
+    from shared.search.postgresql import limits, words
 
     for n in range(6):
         log.session(f"s{n}", [f"walrus note {i} of {n}" for i in range(12)])
@@ -136,13 +136,11 @@ def test_a_word_the_planner_knows_as_common_is_found_without_the_probe(
     with store.write() as conn:
         conn.exec_driver_sql("ANALYZE messages")
     with store.read() as conn:
-        estimate = backend._estimated_rows(
-            conn.connection.driver_connection, backend.Words("'walrus'")
-        )
+        estimate = words.estimated_rows(conn.connection.driver_connection, words.Words("'walrus'"))
     assert estimate > 10, estimate
 
     probed = call(store, query="walrus", sort=sort, limit=5)
-    monkeypatch.setattr(backend, "COMMON", 10)
+    monkeypatch.setattr(limits, "COMMON", 10)
     walked = call(store, query="walrus", sort=sort, limit=5)
     assert len(ids(walked)) == 5
     assert walked == probed

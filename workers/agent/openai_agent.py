@@ -265,7 +265,7 @@ class OpenAIAgent:
         threshold = self.settings.agent.compression_threshold * model.context_tokens
         used = state.usage.last_prompt + state.usage.last_completion
         whole = state.full_estimate + estimate_tokens(text)
-        # The history given is capped (workers.drain.HISTORY_MESSAGES): a session longer than
+        # The history given is capped (workers.drain_claim.HISTORY_MESSAGES): a session longer than
         # that has messages the model no longer sees, so they go into a summary too.
         session = state.request.session
         capped = session.message_count > len(state.request.history)

@@ -1,0 +1,172 @@
+"""The clauses PostgreSQL search statements are built of, and the id windows they are read in:
+filters, cursor and window bounds, the windows themselves (`windows`), the walk that asks them
+one after another (`walk`), and reading a search index as a bitmap only (`index_only`) or the
+primary key in id order only (`key_walk`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import psycopg
+
+from shared.search.backend import Filters, Order
+from shared.search.postgresql import ddl, limits
+from shared.search.postgresql.rows import marks as _marks
+from shared.search.postgresql.rows import visible as _visible
+
+DB = psycopg.Connection[Any]
+
+
+def filter_sql(filters: Filters, params: list[object]) -> tuple[str, str]:
+    """(JOIN clause, WHERE conditions) for roles, source, the excluded session and the viewer."""
+    where = f" AND m.role IN ({_marks(filters.roles)})"
+    params.extend(filters.roles)
+    join = ""
+    if filters.exclude_session_id is not None:
+        where += " AND m.session_id != %s"
+        params.append(filters.exclude_session_id)
+    if filters.source is not None:
+        where += " AND s.source = %s"
+        params.append(filters.source)
+    reached = _visible(filters.viewer, "s", params)
+    where += reached
+    if filters.source is not None or reached:
+        join = " JOIN sessions AS s ON s.id = m.session_id"
+    return join, where
+
+
+def past_clause(
+    order: Order, cursor: int | None, params: list[object], column: str = "m.id"
+) -> str:
+    if cursor is None:
+        return ""
+    params.append(cursor)
+    return f" AND {column} {'>' if order is Order.OLDEST else '<'} %s"
+
+
+def direction(order: Order) -> str:
+    return "ASC" if order is Order.OLDEST else "DESC"
+
+
+def plain_clause(only: bool) -> str:
+    """Keep only messages outside the substring index (no unsegmented text), when `only`."""
+    return f" AND NOT {ddl.unsegmented()}" if only else ""
+
+
+@contextmanager
+def index_only(db: DB) -> Iterator[None]:
+    """Within: no sequential scan and no walk of a b-tree, so the planner reads a search index
+    as a bitmap (the transaction's settings come back after)."""
+    with _planner_without(db, "enable_seqscan", "enable_indexscan"):
+        yield
+
+
+@contextmanager
+def key_walk(db: DB) -> Iterator[None]:
+    """Within: no bitmap and no sequential scan, so the planner walks the primary key in id
+    order and checks each row, stopping at the LIMIT (the transaction's settings come back
+    after)."""
+    with _planner_without(db, "enable_seqscan", "enable_bitmapscan"):
+        yield
+
+
+@contextmanager
+def _planner_without(db: DB, first: str, second: str) -> Iterator[None]:
+    saved = db.execute("SELECT current_setting(%s), current_setting(%s)", [first, second])
+    values = saved.fetchone()
+    assert values is not None
+    db.execute("SELECT set_config(%s, 'off', true), set_config(%s, 'off', true)", [first, second])
+    try:
+        yield
+    finally:
+        db.execute(
+            "SELECT set_config(%s, %s, true), set_config(%s, %s, true)",
+            [first, values[0], second, values[1]],
+        )
+
+
+def within_clause(ids: list[int] | None, params: list[object]) -> str:
+    """Restrict to the probed matches (a primary-key lookup), when there are few."""
+    if ids is None:
+        return ""
+    params.append(ids)
+    return " AND m.id = ANY(%s)"
+
+
+def windows(db: DB, few: list[int] | None, order: Order) -> list[int]:
+    """The edges of the id windows a search asks one after another from the end `order`
+    starts at (the newest end but for OLDEST): the last 1/64 of the id range, 1/16, 1/4, then the
+    rest. Empty (one query over every id) when the probe found the few matches or the id range
+    is under WINDOW_MIN_SPAN."""
+    if few is not None:
+        return []
+    ids = id_range(db)
+    if ids is None or ids[1] - ids[0] < limits.WINDOW_MIN_SPAN:
+        return []
+    low, high = ids
+    span = high - low
+    if order is Order.OLDEST:
+        return sorted({low + span // share for share in limits.WINDOW_SHARES})
+    return sorted({high - span // share for share in limits.WINDOW_SHARES}, reverse=True)
+
+
+def id_range(db: DB) -> tuple[int, int] | None:
+    """The lowest and highest message id (None: no messages)."""
+    row = db.execute("SELECT min(id), max(id) FROM messages").fetchone()
+    if row is None or row[0] is None:
+        return None
+    return int(row[0]), int(row[1])
+
+
+def edge_clause(order: Order, edge: int | None, params: list[object], column: str = "m.id") -> str:
+    """Keep a window's ids: from `edge` on toward the end the walk starts at."""
+    if edge is None:
+        return ""
+    params.append(edge)
+    return f" AND {column} {'<' if order is Order.OLDEST else '>='} %s"
+
+
+def walk(
+    db: DB,
+    order: Order,
+    edges: list[int],
+    cursor: int | None,
+    limit: int,
+    query: Callable[[int | None, int | None, int], tuple[str, list[object]]],
+    bitmap: bool = False,
+) -> list[Any]:
+    """The first `limit` rows past `cursor` in id order, exactly as one query over every id
+    returns them, asked window by window (`edges`, from `windows`) and stopping once `limit`
+    are found: with a bound on the id the planner reads the matches of one window (a word
+    common across the table but rare in its newest messages, a phrase of two common words,
+    a prefix) instead of all of them or the table's primary key down to the oldest.
+    `query(cursor, edge, n)` is the SQL and parameters of n rows past cursor within the edge.
+    With `bitmap` each window is read through its index as a bitmap, never by walking the
+    primary key: the planner takes a phrase for as common as its words together, and walks
+    the whole table (seconds at 1.5M messages) for two common words rarely side by side."""
+    rows: list[Any] = []
+    for edge in (*edges, None):
+        if passed(order, cursor, edge):
+            continue
+        sql, params = query(cursor, edge, limit - len(rows))
+        with index_only(db) if bitmap else nullcontext():
+            rows += db.execute(sql, params).fetchall()
+        if len(rows) >= limit or edge is None:
+            break
+        cursor = beyond(order, edge)
+    return rows
+
+
+def passed(order: Order, cursor: int | None, edge: int | None) -> bool:
+    """Whether `cursor` is already past the window that ends at `edge`."""
+    if edge is None or cursor is None:
+        return False
+    return cursor >= edge - 1 if order is Order.OLDEST else cursor <= edge
+
+
+def beyond(order: Order, edge: int) -> int:
+    """The cursor that goes on past the window ending at `edge`."""
+    return edge - 1 if order is Order.OLDEST else edge

@@ -1,0 +1,172 @@
+"""Claiming a key's next turn inside the lease's fenced write: finishing the turn before it,
+passing over memory turns no longer wanted, deferring or burying, else marking it running in the
+key's live session (made on first need, `current_session`). `workers.drain` runs what is claimed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shared.db import Connection
+from shared.db.errors import TitleInUse
+from shared.ids import CLI_HEX, looks_like_session_id
+from shared.model import MessageRecord, SessionRecord
+from shared.pipeline import inbox, leases, routes
+from shared.platforms import CLI, gateway_platforms
+from shared.store import messages
+from shared.store import sessions as session_rows
+from shared.store.housekeeping import MEMORY_FLUSH
+from shared.store.resume import runs_in_left_session
+from shared.titles import TitleError
+from workers.agent import compression
+from workers.renewer import Held
+from workers.runtime import Runtime
+
+HISTORY_MESSAGES = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """What a write transaction found next in the key's line."""
+
+    action: str  # run (marked running) | bury | defer | idle (lease released)
+    turn: inbox.TurnRow | None = None
+    session_id: str | None = None
+    started: float = 0.0
+    retry_in: float | None = None
+    # The session and its recent history, when the claim's write read them (see claim_turn).
+    context: tuple[SessionRecord, list[MessageRecord]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The outcome of the turn a write finishes before it claims the next one."""
+
+    turn_id: int
+    status: str
+    error: str | None = None
+
+
+def claim_turn(
+    conn: Connection,
+    rt: Runtime,
+    lease: leases.Lease,
+    now: float,
+    finished: Finished | None = None,
+) -> Next:
+    """Inside a fenced write: finish `finished` if given, then mark the key's next turn running,
+    or release the lease if none."""
+    # The next turn and (on PostgreSQL) its route's session state, read in one statement; with
+    # `finished`, finishing, searching and (none open) releasing are one round trip there.
+    if finished is None:
+        turn, route = inbox.next_turn_and_route(conn, lease.name)
+        released = False
+    else:
+        turn, route = inbox.finish_and_next(
+            conn, finished.turn_id, finished.status, now, finished.error, lease
+        )
+        released = turn is None
+    while turn is not None and turn.kind == MEMORY_FLUSH and not _flush_still_wanted(conn, turn):
+        moved_on = "session already moved on"
+        turn, route = inbox.finish_and_next(conn, turn.id, inbox.CANCELLED, now, moved_on, lease)
+        released = turn is None
+    if turn is None:
+        if not released:
+            routes.release_route(conn, lease)
+        return Next("idle")
+    if turn.not_before is not None and turn.not_before > now:
+        return Next("defer", turn, retry_in=turn.not_before - now)
+    if turn.attempts >= rt.settings.pipeline.max_attempts:
+        return Next("bury", turn)
+    session_id = current_session(conn, rt, turn, route)
+    inbox.mark_running(conn, turn.id, session_id, now)
+    # On PostgreSQL the model's context is read here, two statements in this transaction, not
+    # in a read transaction of its own after it (BEGIN, the two, COMMIT: four round trips). On
+    # SQLite a read of its own costs no round trip, and here it would hold the one write lock.
+    context = None
+    if turn.kind != "command" and conn.dialect.name == "postgresql":
+        context = session_context(conn, session_id)
+    return Next("run", turn, session_id, started=now, context=context)
+
+
+def session_context(conn: Connection, session_id: str) -> tuple[SessionRecord, list[MessageRecord]]:
+    """What the model is given of the session: its record and its last HISTORY_MESSAGES."""
+    session = session_rows.require_session(conn, session_id)
+    return session, messages.last_messages(conn, session_id, HISTORY_MESSAGES)
+
+
+def _flush_still_wanted(conn: Connection, turn: inbox.TurnRow) -> bool:
+    """A reset's memory turn runs only in the live session it was queued for."""
+    session_id = turn.flush_session_id
+    if session_id is None or routes.route_session_id(conn, turn.session_key) != session_id:
+        return False
+    record = session_rows.get_session(conn, session_id)
+    return record is not None and record.ended_at is None
+
+
+def claim_next(rt: Runtime, held: Held) -> Next:
+    def claim(conn: Connection) -> Next:
+        now = rt.clock()
+        routes.check_route(conn, held.lease, now, rt.lease_ttl)
+        return claim_turn(conn, rt, held.lease, now)
+
+    return rt.store.commit(claim)
+
+
+def current_session(
+    conn: Connection, rt: Runtime, turn: inbox.TurnRow, route: Any | None = None
+) -> str:
+    """The key's live session, created on first need (the lease makes this single-flight).
+    A terminal's session that was left still takes the turns sent to it (`resume`). `route`:
+    the key's `routes.session_state` if this transaction has read it already."""
+    if route is None:
+        route = routes.session_state(conn, turn.session_key)
+    assert route is not None  # the turn's arrival made the route row
+    live = route["live_id"]
+    if live is not None and (
+        route["ended_at"] is None
+        or runs_in_left_session(
+            conn, live, route["end_reason"], route["ended_at"], turn.received_at
+        )
+    ):
+        return str(live)
+    now = rt.clock()
+    session_id = _terminal_id(conn, turn) or compression.free_session_id(
+        conn, rt.now_datetime(), gateway=turn.platform in gateway_platforms()
+    )
+    columns: dict[str, Any] = {
+        "user_id": turn.user_id,
+        "session_key": turn.session_key,
+        "chat_id": turn.chat_id,
+        "chat_type": turn.chat_type,
+        "thread_id": turn.thread_id,
+        "model": rt.settings.model.name,
+    }
+    try:
+        session_rows.create_session(
+            conn,
+            session_id=session_id,
+            source=turn.platform,
+            now=now,
+            title=route["pending_title"],
+            **columns,
+        )
+    except (TitleInUse, TitleError):
+        session_rows.create_session(
+            conn, session_id=session_id, source=turn.platform, now=now, **columns
+        )
+    routes.attach(conn, turn.session_key, session_id, now)
+    return session_id
+
+
+def _terminal_id(conn: Connection, turn: inbox.TurnRow) -> str | None:
+    """A terminal names its chat after the session it starts: use that id while it is free."""
+    chat = turn.chat_id
+    if (
+        turn.platform != CLI
+        or not looks_like_session_id(chat)
+        or len(chat.rsplit("_", 1)[1]) != CLI_HEX
+    ):
+        return None
+    return None if session_rows.session_exists(conn, chat) else chat

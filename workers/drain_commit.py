@@ -1,0 +1,180 @@
+"""Committing a turn's outcome in one fenced write: its messages, its replies (and the lane
+that delivers them), the model snapshot and memory changes, an offline title, its usage, and the
+claim of the key's next turn (`workers.drain_claim`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from shared.db import Connection
+from shared.pipeline import cron, inbox, outbox, routes
+from shared.platforms import CRON
+from shared.store import chats, messages, usage
+from shared.store import memory as memory_rows
+from shared.store import sessions as session_rows
+from shared.store.housekeeping import MEMORY_FLUSH
+from workers import flush
+from workers.agent import metering, titles
+from workers.agent.base import AgentReply
+from workers.drain_claim import Finished, Next, claim_turn
+from workers.renewer import Held
+from workers.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+_Opened = tuple[str, flush.Opened]  # a reply lane, opened in the turn's write
+
+
+def transcript_text(turn: inbox.TurnRow) -> str:
+    """In a shared room the transcript says who spoke."""
+    return f"[{turn.user_name}] {turn.text}" if turn.user_name else turn.text
+
+
+def commit_turn(
+    rt: Runtime,
+    held: Held,
+    turn: inbox.TurnRow,
+    session_id: str,
+    reply: AgentReply,
+    *,
+    claim: bool,
+    title: str | None = None,
+) -> Next | None:
+    """The turn's outcome, its messages, its replies, an offline auto-title and the next claim:
+    one fenced write."""
+    now = rt.clock()
+    user_text = transcript_text(turn)
+    if reply.user_extra:
+        user_text = f"{user_text}\n\n{reply.user_extra}" if user_text.strip() else reply.user_extra
+    silent = turn.kind == MEMORY_FLUSH  # a reset's memory turn leaves no trace but memories
+    if silent:
+        reply = dataclasses.replace(reply, replies=[])
+    rows = (
+        []
+        if silent
+        else [
+            messages.NewRow(
+                "user",
+                user_text,
+                turn.received_at,
+                token_count=reply.user_token_count,
+                platform_message_id=turn.message_id,
+            ),
+            *(
+                messages.NewRow(
+                    m.role,
+                    m.content,
+                    now,
+                    tool_calls=m.tool_calls,
+                    tool_call_id=m.tool_call_id,
+                    tool_name=m.tool_name,
+                    token_count=m.token_count,
+                )
+                for m in reply.messages
+            ),
+        ]
+    )
+    status = inbox.CANCELLED if reply.stopped else inbox.DONE
+    if reply.failed is not None:  # the apology is sent; the turn is not retried
+        status = inbox.FAILED
+    holder = rt.holder()
+
+    def write(conn: Connection) -> tuple[Next | None, outbox.OutboxRow | None, _Opened | None]:
+        routes.check_route(conn, held.lease, now, rt.lease_ttl)
+        messages.append_messages(
+            conn,
+            session_id,
+            rows,
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+        )
+        address = reply_address(conn, rt, turn)
+        # A terminal reads its replies from here: this commit delivers them, no lane to open.
+        in_store = address is not None and flush.reads_store(rt, address[0])
+        last: outbox.OutboxRow | None = None
+        for text in reply.replies:
+            if address is None:
+                break
+            last = outbox.add(
+                conn,
+                platform=address[0],
+                chat_id=address[1],
+                thread_id=address[2],
+                reply_to=turn.message_id if address[0] == turn.platform else None,
+                turn_id=turn.id,
+                session_id=session_id,
+                text=text,
+                now=now,
+                delivered=in_store,
+            )
+        _record_side_effects(conn, turn, session_id, reply, now)
+        if title is not None:
+            titles.write_auto_title(conn, session_id, title)
+        error = reply.failed[:500] if reply.failed is not None else None
+        following = None
+        if claim:
+            following = claim_turn(conn, rt, held.lease, now, Finished(turn.id, status, error))
+        else:
+            inbox.finish_turn(conn, turn.id, status, now, error=error)
+        opened = None
+        if last is not None and not in_store:
+            opened = (last.lane, flush.open_lane(conn, holder, last.lane, now, flush.lane_ttl(rt)))
+        # Last: a rollup row other sessions' turns add to stays locked until this commit.
+        where = metering.where(turn.platform, session_id, turn.chat_id, turn.id)
+        usage.record(conn, reply.calls, where, rt.pricing)
+        if opened is not None:
+            return following, None, opened
+        return following, last, None
+
+    following, delivered, opened = rt.store.commit(write)
+    rt.metrics.turn_committed(turn.platform, status, reply.calls)
+    if delivered is not None:
+        flush.nudge(rt, delivered)  # once: the reader takes all of the turn's replies
+    if opened is not None:
+        flush.deliver_now(rt, *opened)
+    return following
+
+
+def reply_address(
+    conn: Connection, rt: Runtime, turn: inbox.TurnRow
+) -> tuple[str, str, str | None] | None:
+    """Where a turn's replies go: back to its chat; a cron run's to the job's target (the given
+    chat, else the platform's home channel). None: the reply stays in the transcript only."""
+    if turn.platform != CRON:
+        return turn.platform, turn.chat_id, turn.thread_id
+    job = cron.find_job(conn, turn.chat_id)
+    if job is None or job.deliver_platform is None:
+        return None
+    if job.deliver_chat:
+        return job.deliver_platform, job.deliver_chat, None
+    configured = getattr(rt.settings.platforms, job.deliver_platform, None)
+    home = chats.get_home_channel(
+        conn,
+        job.deliver_platform,
+        configured=configured.home_channel if configured is not None else None,
+    )
+    if home is None:
+        log.warning(
+            "cron job %s: %s has no home channel; reply kept in its session",
+            job.name,
+            job.deliver_platform,
+        )
+        return None
+    return job.deliver_platform, home.chat_id, home.thread_id
+
+
+SNAPSHOT_COLUMNS = ("model", "model_config", "system_prompt")
+
+
+def _record_side_effects(
+    conn: Connection, turn: inbox.TurnRow, session_id: str, reply: AgentReply, now: float
+) -> None:
+    """What the agent asked to keep besides messages: the model snapshot, memory changes."""
+    snapshot = {k: v for k, v in reply.session_updates.items() if k in SNAPSHOT_COLUMNS}
+    if snapshot:
+        session_rows.record_model(conn, session_id, **snapshot)
+    if reply.memory_ops:
+        owner = memory_rows.owner_for(turn.platform, turn.user_id, turn.chat_id)
+        memory_rows.apply(conn, owner, reply.memory_ops, now=now, session_id=session_id)
