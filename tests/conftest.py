@@ -14,6 +14,7 @@ from hypothesis import settings as hypothesis_settings
 
 from shared.db import Store, open_store
 from shared.settings import Settings, load_settings
+from tests import store_template
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
@@ -151,8 +152,19 @@ def settings(hermes_env: dict[str, str]) -> Settings:
 
 
 @pytest.fixture
-def store(settings: Settings) -> Iterator[Store]:
-    opened = open_store(settings.resolved_database_url)
+def store(
+    settings: Settings, database_url: str | None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Store]:
+    """The test's store, opened at head. A store not there yet starts as a copy of one migrated
+    once per session (tests/store_template.py: the same schema, without migrating it again)."""
+    url = settings.resolved_database_url
+    if settings.state_db_path is not None and database_url is None:
+        template_dir = tmp_path_factory.getbasetemp() / "store-template"
+        template_dir.mkdir(exist_ok=True)
+        store_template.prime_sqlite(settings.state_db_path, template_dir)
+    elif url == database_url and (schema := store_template.schema_of(url)) is not None:
+        store_template.prime_postgresql(_contract_database(), schema)
+    opened = open_store(url)
     yield opened
     opened.close()
 

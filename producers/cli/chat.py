@@ -24,7 +24,7 @@ from producers.cli.chat_options import continue_option, resume_option
 from producers.cli.chat_stack import ChatStack, WorkerExited
 from producers.cli.startup import on_chat_start
 from producers.stack.embedded_redis import EmbeddedRedisError
-from shared.fleet_registry import FleetMismatch
+from shared.fleet_registry import FleetMismatch, Heartbeat
 from shared.media_objects import MediaStorageError
 from shared.store.media import MediaRefused, check_size, max_bytes_for
 from shared.turns import Attachment
@@ -121,12 +121,13 @@ def run_chat(
         repl = Repl(terminal, settings, Console(highlight=False), notes)
         repl.header()
     hang_up = _leave_on_signals()
+    heartbeat: Heartbeat | None = None
     try:
         try:
             stack.ensure()
         except EmbeddedRedisError as exc:
             fail(f"hermes: {exc}", 2)
-        _join_fleet(app)
+        heartbeat = _join_fleet(app)
         chores = on_chat_start(settings, store, producer, say=lambda line: _say(notes, line))
         try:
             if repl is not None:
@@ -151,9 +152,18 @@ def run_chat(
                     with contextlib.suppress(Exception):  # a courtesy; never keeps the stack
                         _let_the_title_land(terminal)
             finally:
-                stack.close()
+                _close_stack(stack, heartbeat)
     if code:
         raise SystemExit(code)
+
+
+def _close_stack(stack: ChatStack, heartbeat: Heartbeat | None) -> None:
+    """Leave the fleet's list while its broker is still there, then stop the stack: a
+    chat-owned stack stops the broker, and a delete sent after that waited out redis-py's
+    retries (about 4 s) before giving up."""
+    if heartbeat is not None:
+        heartbeat.stop()
+    stack.close()
 
 
 def _checked_files(paths: tuple[str, ...], max_mb: float) -> tuple[Attachment, ...]:
@@ -164,7 +174,7 @@ def _checked_files(paths: tuple[str, ...], max_mb: float) -> tuple[Attachment, .
         fail(f"hermes: {exc}", 2)
 
 
-def _join_fleet(app: App) -> None:
+def _join_fleet(app: App) -> Heartbeat | None:
     """Refuse at once when the store and the broker belong to different fleets (a client on a
     fleet's broker but a local SQLite file would send turns no worker can see, then time out);
     else show this terminal in the fleet while it runs."""
@@ -172,8 +182,7 @@ def _join_fleet(app: App) -> None:
         heartbeat = join_fleet(app.settings, app.store(), "chat")
     except FleetMismatch as exc:
         fail(f"hermes: {exc}", 1)
-    if heartbeat is not None:
-        app._closers.append(heartbeat.stop)
+    return heartbeat
 
 
 def _one_shot(
