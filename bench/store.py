@@ -428,8 +428,9 @@ def on_postgres(args: argparse.Namespace, path: Path, workdir: Path) -> dict[str
         result["copy_seconds"] = round(seconds, 1)
         with store.read() as conn:
             session_ids = [r[0] for r in conn.exec_driver_sql("SELECT id FROM sessions")]
+            # PostgreSQL keeps no source_stats rows (shared.store.sessions.stats sums these)
             messages, sessions = conn.exec_driver_sql(
-                "SELECT SUM(messages), SUM(sessions) FROM source_stats"
+                "SELECT SUM(message_count), COUNT(*) FROM sessions"
             ).one()
         result.update(messages=int(messages), sessions=int(sessions))
         say(f"postgresql: {sessions:,} sessions, {messages:,} messages (copied in {seconds:.0f} s)")
