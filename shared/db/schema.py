@@ -45,7 +45,14 @@ sessions = Table(
     Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
     Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
     Index("ix_sessions_last_active", "last_active_at", "id"),  # the listing order (0009)
-    Index("ix_sessions_source_last_active", "source", "last_active_at", "id"),
+    # PostgreSQL: stats' per-source count and sum read from this index alone (0021).
+    Index(
+        "ix_sessions_source_last_active",
+        "source",
+        "last_active_at",
+        "id",
+        postgresql_include=["message_count"],
+    ),
     Index("ix_sessions_parent", "parent_session_id"),
     Index("ix_sessions_session_key", "session_key", "started_at"),
     Index(

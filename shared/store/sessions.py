@@ -7,7 +7,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import Connection, Text, and_, bindparam, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Select,
+    Text,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from shared.db.errors import SessionNotFound, TitleInUse
@@ -297,17 +308,8 @@ def stats(conn: Connection) -> StoreStats:
 
     SQLite reads its trigger-kept per-source counters (constant time at any size). PostgreSQL
     keeps no such row (shared.db.postgresql: every append would lock it) and sums the
-    per-session counts instead."""
-    if _source_counters_kept(conn):
-        query = select(source_stats.c.source, source_stats.c.sessions, source_stats.c.messages)
-        query = query.where(source_stats.c.sessions > 0)
-    else:
-        query = select(
-            sessions.c.source.label("source"),
-            func.count().label("sessions"),
-            func.sum(sessions.c.message_count).label("messages"),
-        ).group_by(sessions.c.source)
-    rows = conn.execute(query).all()
+    per-session counts instead, from the index that carries them (revision 0021)."""
+    rows = conn.execute(stats_query(conn)).all()
     by_source = sorted(
         ((str(row.source), int(row.sessions), int(row.messages)) for row in rows),
         key=lambda entry: (-entry[1], entry[0]),
@@ -317,6 +319,18 @@ def stats(conn: Connection) -> StoreStats:
         messages=sum(r[2] for r in by_source),
         by_source=by_source,
     )
+
+
+def stats_query(conn: Connection) -> Select[Any]:
+    """source, sessions, messages per source (rows of a source with no sessions may be left)."""
+    if _source_counters_kept(conn):
+        query = select(source_stats.c.source, source_stats.c.sessions, source_stats.c.messages)
+        return query.where(source_stats.c.sessions > 0)
+    return select(
+        sessions.c.source.label("source"),
+        func.count().label("sessions"),
+        func.sum(sessions.c.message_count).label("messages"),
+    ).group_by(sessions.c.source)
 
 
 def _source_counters_kept(conn: Connection) -> bool:

@@ -365,6 +365,31 @@ def test_stats_by_source(store: Store) -> None:
         fts_integrity_check(conn)
 
 
+def test_stats_never_reads_the_sessions_rows(store: Store) -> None:
+    """SQLite reads its per-source counters; PostgreSQL, which keeps none, sums from the
+    activity index that carries message_count (0021), never from the rows (system prompts and
+    all: 0.9 s at 20,000 sessions before)."""
+    with store.write() as conn:
+        for sid, source in [("a", "cli"), ("b", "telegram")]:
+            new(conn, sid, source=source)
+            message_rows.append_message(conn, sid, "user", "m", now=1.0)
+    with store.read() as conn:
+        query = session_rows.stats_query(conn).compile(
+            conn, compile_kwargs={"literal_binds": True}
+        )
+        if conn.dialect.name == "sqlite":
+            found = " | ".join(
+                str(row[-1]) for row in conn.execute(text(f"EXPLAIN QUERY PLAN {query}"))
+            )
+            assert "source_stats" in found
+            assert "sessions" not in found.replace("source_stats", "")
+        else:
+            conn.execute(text("SET LOCAL enable_seqscan = off"))
+            found = " | ".join(str(row[0]) for row in conn.execute(text(f"EXPLAIN {query}")))
+            assert "Index Only Scan using ix_sessions_source_last_active" in found
+        assert session_rows.stats(conn).by_source == [("cli", 1, 1), ("telegram", 1, 1)]
+
+
 def test_an_older_store_is_counted_by_the_upgrade_and_kept_after(settings: Settings) -> None:
     """Until revision 0011 nothing kept `message_count` on PostgreSQL (every session read 0
     messages); the upgrade counts what is there, and appends after it keep counting."""
