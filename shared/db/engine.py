@@ -62,6 +62,9 @@ class Store:
         self._counted = False  # in _OPEN (set by `connect`)
         self._write_checked = engine.dialect.name != "sqlite" or path is None
         self._postgresql = engine.dialect.name == "postgresql"
+        # After close() every unit of work is refused: SQLAlchemy would otherwise quietly put a
+        # new pool behind the disposed engine, and nothing would ever close its connections.
+        self._closed = False
 
     def check_writable(self) -> None:
         """Refuse (StoreError) to write into a read-only or damaged state.db; run once, before
@@ -89,7 +92,13 @@ class Store:
     def engine(self) -> Engine:
         return self._engine
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _check_process(self) -> None:
+        if self._closed:
+            raise RuntimeError("this Store is closed; open another")
         if os.getpid() != self._pid:
             raise RuntimeError("a Store was carried across fork(); build one per process")
 
@@ -209,6 +218,7 @@ class Store:
                 conn.rollback()
 
     def close(self) -> None:
+        self._closed = True
         if self._counted:
             key = (self._pid, str(self.path))
             with _OPENING:

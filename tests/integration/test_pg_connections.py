@@ -215,3 +215,34 @@ def test_a_store_closed_while_another_thread_writes_leaves_no_connection_open(
             assert get_session(conn, "s1") is not None
     finally:
         reopened.close()
+
+
+def test_a_closed_store_refuses_every_unit_of_work(settings: Settings) -> None:
+    """Closing disposes the engine, and SQLAlchemy would put a new pool behind it at the next
+    use, whose connections nothing would ever close: a closed store refuses instead, changing
+    nothing, and closing it again is harmless."""
+    store = open_store(settings.resolved_database_url)
+    with store.write() as conn:
+        create_session(conn, session_id="kept", source="cli", now=1.0)
+    store.close()
+    assert store.closed
+    attempts: list[Any] = [
+        lambda: store.read().__enter__(),
+        lambda: store.write().__enter__(),
+        lambda: store.commit(
+            lambda conn: create_session(conn, session_id="x", source="cli", now=2.0)
+        ),
+        lambda: store.commit_each([lambda conn: None]),
+    ]
+    for attempt in attempts:
+        with pytest.raises(RuntimeError, match="closed"):
+            attempt()
+    assert store.engine.pool.checkedout() == 0
+    store.close()
+    reopened = open_store(settings.resolved_database_url)
+    try:
+        with reopened.read() as conn:
+            assert get_session(conn, "kept") is not None
+            assert get_session(conn, "x") is None
+    finally:
+        reopened.close()
