@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,6 +69,15 @@ def service_or_skip(name: str, host: str, port: int) -> None:
         if IN_CI:
             pytest.fail(f"{message}; CI=true requires it (.ci/run starts it)")
         pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def _renewers_closed() -> Iterator[None]:
+    """Stop the lease renewers `tests.pipeline_helpers.make_runtime` built in this test."""
+    yield
+    helpers = sys.modules.get("tests.pipeline_helpers")
+    if helpers is not None:
+        helpers.close_renewers()
 
 
 @pytest.fixture

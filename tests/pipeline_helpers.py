@@ -54,6 +54,16 @@ class ScriptedAgent:
         return AgentReply(messages=[NewMessage("assistant", text)], replies=[text])
 
 
+# Every renewer make_runtime builds, closed after each test (conftest's `_renewers_closed`):
+# a renewer's thread otherwise outlives its test and its store.
+MADE_RENEWERS: list[Renewer] = []
+
+
+def close_renewers() -> None:
+    while MADE_RENEWERS:
+        MADE_RENEWERS.pop().close()
+
+
 def make_runtime(
     settings: Settings,
     store: Store,
@@ -62,6 +72,8 @@ def make_runtime(
 ) -> tuple[Runtime, RecordingWaker]:
     waker = RecordingWaker()
     senders = SenderRegistry([MemorySender("cli"), MemorySender("telegram")])
+    renewer = Renewer(store, clock, settings.pipeline.lease_seconds)
+    MADE_RENEWERS.append(renewer)
     runtime = Runtime(
         settings=settings,
         store=store,
@@ -69,7 +81,7 @@ def make_runtime(
         senders=senders,
         waker=waker,
         clock=clock,
-        renewer=Renewer(store, clock, settings.pipeline.lease_seconds),
+        renewer=renewer,
     )
     return runtime, waker
 
