@@ -374,9 +374,7 @@ def test_stats_never_reads_the_sessions_rows(store: Store) -> None:
             new(conn, sid, source=source)
             message_rows.append_message(conn, sid, "user", "m", now=1.0)
     with store.read() as conn:
-        query = session_rows.stats_query(conn).compile(
-            conn, compile_kwargs={"literal_binds": True}
-        )
+        query = session_rows.stats_query(conn).compile(conn, compile_kwargs={"literal_binds": True})
         if conn.dialect.name == "sqlite":
             found = " | ".join(
                 str(row[-1]) for row in conn.execute(text(f"EXPLAIN QUERY PLAN {query}"))
