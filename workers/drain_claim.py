@@ -80,14 +80,18 @@ def claim_turn(
     if turn.attempts >= rt.settings.pipeline.max_attempts:
         return Next("bury", turn)
     session_id = current_session(conn, rt, turn, route)
-    inbox.mark_running(conn, turn.id, session_id, now)
-    # On PostgreSQL the model's context is read here, two statements in this transaction, not
-    # in a read transaction of its own after it (BEGIN, the two, COMMIT: four round trips). On
-    # SQLite a read of its own costs no round trip, and here it would hold the one write lock.
-    context = None
-    if turn.kind != "command" and conn.dialect.name == "postgresql":
-        context = session_context(conn, session_id)
-    return Next("run", turn, session_id, started=now, context=context)
+    # On PostgreSQL the model's context is read here, not in a read transaction of its own after
+    # it (BEGIN, the reads, COMMIT): the history with the turn's marking (one statement), the
+    # session with the turn when it is the route's (as `route` read it). On SQLite a read of its
+    # own costs no round trip, and here it would hold the one write lock.
+    if turn.kind == "command" or conn.dialect.name != "postgresql":
+        inbox.mark_running(conn, turn.id, session_id, now)
+        return Next("run", turn, session_id, started=now)
+    history = inbox.mark_running_with_history(conn, turn.id, session_id, now, HISTORY_MESSAGES)
+    session = routes.live_session(route) if route is not None else None
+    if session is None or session.id != session_id:  # made just now, or the route had none
+        session = session_rows.require_session(conn, session_id)
+    return Next("run", turn, session_id, started=now, context=(session, history))
 
 
 def session_context(conn: Connection, session_id: str) -> tuple[SessionRecord, list[MessageRecord]]:

@@ -82,13 +82,13 @@ def commit_turn(
     holder = rt.holder()
 
     def write(conn: Connection) -> tuple[Next | None, outbox.OutboxRow | None, _Opened | None]:
-        routes.check_route(conn, held.lease, now, rt.lease_ttl)
-        messages.append_messages(
+        messages.append_messages(  # first: the lease's fence check is part of it
             conn,
             session_id,
             rows,
             input_tokens=reply.input_tokens,
             output_tokens=reply.output_tokens,
+            fence=routes.Fence(held.lease, now, rt.lease_ttl),
         )
         address = reply_address(conn, rt, turn)
         # A terminal reads its replies from here: this commit delivers them, no lane to open.

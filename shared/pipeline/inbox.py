@@ -17,6 +17,7 @@ from shared.db.conflict import InsertOrSkip
 from shared.db.prepared import Prepared
 from shared.db.schema import inbox
 from shared.db.schema import routes as routes_table
+from shared.model import MessageRecord
 from shared.pipeline import routes
 from shared.pipeline.inbox_report import InboxSummary as InboxSummary
 from shared.pipeline.inbox_report import OpenTurns as OpenTurns
@@ -36,6 +37,7 @@ from shared.pipeline.turn_rows import WAITING as WAITING
 from shared.pipeline.turn_rows import Recorded as Recorded
 from shared.pipeline.turn_rows import TurnRow as TurnRow
 from shared.session_key import SessionKey
+from shared.store import messages as message_rows
 from shared.turns import InboundTurn
 
 # Hot statements: built once, run on the driver's cursor (see shared/db/prepared.py).
@@ -83,7 +85,12 @@ _NEXT_OPEN = Prepared(
 # PostgreSQL: the next open turn with its route's session state (`routes.session_state`), read
 # together: the drain needs both to claim it, and each is a round trip there.
 _NEXT_OPEN_WITH_ROUTE = (
-    select(inbox, routes_table.c.session_key.label("route_key"), *routes.SESSION_STATE_COLUMNS)
+    select(
+        inbox,
+        routes_table.c.session_key.label("route_key"),
+        *routes.SESSION_STATE_COLUMNS,
+        *routes.LIVE_SESSION_COLUMNS,
+    )
     .select_from(
         inbox.outerjoin(
             routes.SESSION_STATE_FROM, routes_table.c.session_key == inbox.c.session_key
@@ -394,6 +401,27 @@ def get_turn(conn: Connection, turn_id: int) -> TurnRow | None:
 
 def mark_running(conn: Connection, turn_id: int, session_id: str, now: float) -> None:
     _MARK_RUNNING.rowcount(conn, {"b_id": turn_id, "b_now": now, "b_session": session_id})
+
+
+# PostgreSQL: `mark_running` and the history the model is given, one statement.
+_RUNNING_WITH_HISTORY = Prepared(
+    message_rows.LAST_MESSAGES.add_cte(
+        _MARK_RUNNING.statement.returning(inbox.c.id).cte("running")
+    ),
+    dialect="postgresql",
+)
+
+
+def mark_running_with_history(
+    conn: Connection, turn_id: int, session_id: str, now: float, count: int
+) -> list[MessageRecord]:
+    """`mark_running`, then the session's last `count` messages (`messages.last_messages`):
+    one round trip on PostgreSQL."""
+    if conn.dialect.name != "postgresql":
+        mark_running(conn, turn_id, session_id, now)
+        return message_rows.last_messages(conn, session_id, count)
+    params = {"b_id": turn_id, "b_now": now, "b_session": session_id, "b_count": count}
+    return message_rows.history_from(_RUNNING_WITH_HISTORY.all(conn, params))
 
 
 def finish_turn(

@@ -8,8 +8,8 @@ see `leases` for the fencing rule and the named leases of delivery lanes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, case, exists, or_, select, update
@@ -17,6 +17,7 @@ from sqlalchemy import Connection, and_, bindparam, case, exists, or_, select, u
 from shared.db.conflict import InsertOrSkip
 from shared.db.prepared import Prepared
 from shared.db.schema import routes, sessions
+from shared.model import SessionRecord
 from shared.pipeline.leases import Lease, LeaseLost
 
 # Statements are built once (values bound at execute) and run on the driver's cursor
@@ -71,6 +72,46 @@ def check_route(conn: Connection, lease: Lease, now: float, ttl: float) -> None:
     )
     if changed != 1:
         raise LeaseLost(f"lease on {lease.name} moved past fence {lease.fence}")
+
+
+# `check_route` as a CTE another statement carries (its own bind names: no clash with the
+# carrier's); the route's key comes back when the fence held.
+FENCE_CHECK = (
+    update(routes)
+    .where(routes.c.session_key == bindparam("f_key"), routes.c.fence == bindparam("f_fence"))
+    .values(
+        lease_expires_at=case((routes.c.lease_holder.is_(None), None), else_=bindparam("f_expires"))
+    )
+    .returning(routes.c.session_key)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A fenced write's `check_route`, for a statement that makes it part of itself on
+    PostgreSQL (`FENCE_CHECK` as a CTE, its params `params()`, then `verify` with how many rows
+    it returned): the check then costs no round trip of its own. It must be the transaction's
+    first write, as `check_route` is: the route row it locks makes every turn recorded for the
+    key visible to the statements after it."""
+
+    lease: Lease
+    now: float
+    ttl: float
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "f_key": self.lease.name,
+            "f_fence": self.lease.fence,
+            "f_expires": self.now + self.ttl,
+        }
+
+    def check(self, conn: Connection) -> None:
+        """The check on its own (`check_route`)."""
+        check_route(conn, self.lease, self.now, self.ttl)
+
+    def verify(self, found: int) -> None:
+        if found != 1:
+            raise LeaseLost(f"lease on {self.lease.name} moved past fence {self.lease.fence}")
 
 
 def release_route(conn: Connection, lease: Lease) -> None:
@@ -284,6 +325,10 @@ SESSION_STATE_COLUMNS = (
     sessions.c.end_reason,
 )
 SESSION_STATE_FROM = routes.outerjoin(sessions, sessions.c.id == routes.c.session_id)
+# The rest of the route's session's row, for a statement that reads it along (`live_session`).
+LIVE_SESSION_COLUMNS = tuple(
+    sessions.c[f.name].label(f"live_{f.name}") for f in fields(SessionRecord) if f.name != "id"
+)
 _SESSION_STATE = Prepared(
     select(*SESSION_STATE_COLUMNS)
     .select_from(SESSION_STATE_FROM)
@@ -300,6 +345,19 @@ def session_state(conn: Connection, key: str) -> Any:
     """The route's pending title and its session's id, end and end reason (a mapping; the
     session's fields are None when the route points at none), or None for an unknown key."""
     return _SESSION_STATE.first(conn, {"b_key": key})
+
+
+def live_session(state: Mapping[str, Any]) -> SessionRecord | None:
+    """The route's session as a row read with `SESSION_STATE_COLUMNS` and `LIVE_SESSION_COLUMNS`
+    holds it (None when the route points at none)."""
+    if state["live_id"] is None:
+        return None
+    return SessionRecord.from_mapping(
+        {"id": state["live_id"], **{c.name: state[f"live_{c.name}"] for c in _LIVE_FIELDS}}
+    )
+
+
+_LIVE_FIELDS = tuple(c.element for c in LIVE_SESSION_COLUMNS)
 
 
 def route_session_id(conn: Connection, key: str) -> str | None:

@@ -1,0 +1,136 @@
+"""The statements a turn's claim and outcome merge on PostgreSQL behave as the ones they replace
+(both databases: SQLite runs a statement per step): the lease's fence check carried by the
+append of the turn's messages, the marking of a turn running carried by the read of its
+history, and the session read with the turn it is claimed for."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from producers.intake import accept
+from shared.db import Store
+from shared.db.schema import inbox as inbox_table
+from shared.db.schema import routes as routes_table
+from shared.model import SessionRecord
+from shared.pipeline import inbox, routes
+from shared.pipeline.leases import Lease, LeaseLost
+from shared.session_key import SessionKey
+from shared.settings import Settings
+from shared.store import messages
+from shared.store.sessions import create_session, require_session
+from tests.integration.storekit import pg_round_trips
+from tests.pipeline_helpers import ScriptedAgent, make_runtime, turn
+from workers.agent.base import AgentRequest
+from workers.drain import drain
+
+pytestmark = pytest.mark.both_databases
+
+ROWS = [messages.NewRow("user", "hi", 5), messages.NewRow("assistant", "hello", 6)]
+
+
+def _leased(store: Store) -> tuple[Lease, Lease]:
+    """A key with a session, an old lease that expired and the new one taken after it."""
+    with store.write() as conn:
+        create_session(conn, session_id="s1", source="cli", now=1)
+        inbox.record_turn(conn, turn(0), SessionKey("k", shared=False), now=1)
+        old = routes.acquire_route(conn, "k", "old", now=1, ttl=1)
+        new = routes.acquire_route(conn, "k", "new", now=5, ttl=30)
+    assert old is not None and new is not None
+    return old, new
+
+
+def _append(store: Store, tmp: Path, fence: routes.Fence) -> list[int]:
+    """The outcome's first write: the rows with the fence check; its round trips (PostgreSQL)."""
+    with store.write() as conn:
+        if store.dialect != "postgresql":
+            messages.append_messages(conn, "s1", ROWS, input_tokens=3, fence=fence)
+            return []
+        with pg_round_trips(conn, tmp) as trips:
+            messages.append_messages(conn, "s1", ROWS, input_tokens=3, fence=fence)
+    return trips
+
+
+def test_an_append_under_a_stale_fence_writes_nothing(store: Store, tmp_path: Path) -> None:
+    old, new = _leased(store)
+    with pytest.raises(LeaseLost):
+        _append(store, tmp_path, routes.Fence(old, now=6, ttl=30))
+    with store.read() as conn:
+        session = require_session(conn, "s1")
+        route = conn.execute(select(routes_table)).one()
+        assert messages.transcript(conn, "s1") == []
+    assert (session.message_count, session.input_tokens, session.last_active_at) == (0, 0, 1)
+    assert (route.lease_holder, route.fence, route.lease_expires_at) == ("new", new.fence, 35)
+
+
+def test_an_append_under_the_fence_checks_it_in_the_same_round_trip(
+    store: Store, tmp_path: Path
+) -> None:
+    _, new = _leased(store)
+    trips = _append(store, tmp_path, routes.Fence(new, now=6, ttl=30))
+    if store.dialect == "postgresql":
+        assert trips == [1]
+    with store.read() as conn:
+        session = require_session(conn, "s1")
+        expires = conn.execute(select(routes_table.c.lease_expires_at)).scalar_one()
+        stored = [(m.role, m.content) for m in messages.transcript(conn, "s1")]
+    assert stored == [("user", "hi"), ("assistant", "hello")]
+    assert (session.message_count, session.input_tokens, session.last_active_at) == (2, 3, 6)
+    assert expires == 36  # the check extends the lease, as check_route does
+
+
+def test_a_fenced_append_with_no_rows_still_checks_the_fence(store: Store) -> None:
+    old, _ = _leased(store)
+    with pytest.raises(LeaseLost), store.write() as conn:
+        messages.append_messages(conn, "s1", [], fence=routes.Fence(old, now=6, ttl=30))
+
+
+def test_marking_a_turn_running_reads_the_history_the_model_is_given(
+    store: Store, tmp_path: Path
+) -> None:
+    key = SessionKey("k", shared=False)
+    with store.write() as conn:
+        create_session(conn, session_id="s1", source="cli", now=1)
+        rows = [messages.NewRow("user", f"m{n}", 1 + n) for n in range(5)]
+        messages.append_messages(conn, "s1", rows)
+        recorded = inbox.record_turn(conn, turn(0), key, now=7)
+    with store.write() as conn:
+        if store.dialect != "postgresql":
+            history = inbox.mark_running_with_history(conn, recorded.turn_id, "s1", 8, 3)
+        else:
+            with pg_round_trips(conn, tmp_path) as trips:
+                history = inbox.mark_running_with_history(conn, recorded.turn_id, "s1", 8, 3)
+            assert trips == [1]
+    with store.read() as conn:
+        assert history == messages.last_messages(conn, "s1", 3)
+        running = conn.execute(
+            select(inbox_table.c.status, inbox_table.c.attempts, inbox_table.c.session_id)
+        ).one()
+    assert [m.content for m in history] == ["m2", "m3", "m4"]
+    assert tuple(running) == (inbox.RUNNING, 1, "s1")
+
+
+def test_the_model_is_given_the_session_as_stored_when_its_turn_was_claimed(
+    settings: Settings, store: Store
+) -> None:
+    """The first turn (its session made by the claim), a later one (the session read with the
+    turn after the lease is taken) and one of a batch (read with the finish of the turn before
+    it): each request's session is the stored row, counters and all."""
+    seen: list[tuple[SessionRecord, SessionRecord]] = []
+
+    def reply(request: AgentRequest) -> str:
+        with store.read() as conn:  # no transaction is open while the model thinks
+            seen.append((request.session, require_session(conn, request.session.id)))
+        return f"reply to {request.turn.text}"
+
+    rt, _ = make_runtime(settings, store, ScriptedAgent(reply=reply))
+    key = accept(store, rt.waker, turn(0), settings=settings, clock=time.time).session_key
+    assert drain(rt, key).ran == 1
+    for n in (1, 2):
+        accept(store, rt.waker, turn(n), settings=settings, clock=time.time)
+    assert drain(rt, key).ran == 2
+    assert [given == stored for given, stored in seen] == [True] * 3
+    assert [given.message_count for given, _ in seen] == [0, 2, 4]
