@@ -8,16 +8,17 @@ re-exported here, so callers keep using `inbox.TurnRow`, `inbox.summary` and the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
 
 from shared.db.conflict import InsertOrSkip
 from shared.db.prepared import Prepared
-from shared.db.schema import inbox
+from shared.db.schema import inbox, sessions
 from shared.db.schema import routes as routes_table
-from shared.model import MessageRecord
+from shared.model import MessageRecord, SessionRecord
 from shared.pipeline import routes
 from shared.pipeline.inbox_report import InboxSummary as InboxSummary
 from shared.pipeline.inbox_report import OpenTurns as OpenTurns
@@ -38,6 +39,7 @@ from shared.pipeline.turn_rows import Recorded as Recorded
 from shared.pipeline.turn_rows import TurnRow as TurnRow
 from shared.session_key import SessionKey
 from shared.store import messages as message_rows
+from shared.store import usage
 from shared.turns import InboundTurn
 
 # Hot statements: built once, run on the driver's cursor (see shared/db/prepared.py).
@@ -82,6 +84,25 @@ _NEXT_OPEN = Prepared(
     .order_by(inbox.c.seq)
     .limit(1)
 )
+# The rest of the route's session's row, for a statement that reads it along (`live_session`).
+LIVE_SESSION_COLUMNS = tuple(
+    sessions.c[f.name].label(f"live_{f.name}") for f in fields(SessionRecord) if f.name != "id"
+)
+
+
+def live_session(state: Mapping[str, Any]) -> SessionRecord | None:
+    """The route's session as a row read with `routes.SESSION_STATE_COLUMNS` and
+    `LIVE_SESSION_COLUMNS` holds it (None when the route points at none)."""
+    if state["live_id"] is None:
+        return None
+    return SessionRecord.from_mapping(
+        {"id": state["live_id"], **{c.name: state[f"live_{c.name}"] for c in _LIVE_FIELDS}}
+    )
+
+
+_LIVE_FIELDS = tuple(c.element for c in LIVE_SESSION_COLUMNS)
+
+
 # PostgreSQL: the next open turn with its route's session state (`routes.session_state`), read
 # together: the drain needs both to claim it, and each is a round trip there.
 _NEXT_OPEN_WITH_ROUTE = (
@@ -89,7 +110,7 @@ _NEXT_OPEN_WITH_ROUTE = (
         inbox,
         routes_table.c.session_key.label("route_key"),
         *routes.SESSION_STATE_COLUMNS,
-        *routes.LIVE_SESSION_COLUMNS,
+        *LIVE_SESSION_COLUMNS,
     )
     .select_from(
         inbox.outerjoin(
@@ -102,7 +123,7 @@ _NEXT_OPEN_WITH_ROUTE = (
 )
 _HAS_OPEN = select(inbox.c.id).where(inbox.c.session_key == bindparam("b_key"), IS_OPEN).limit(1)
 _GET_TURN = select(inbox).where(inbox.c.id == bindparam("b_id"))
-_MARK_RUNNING = Prepared(
+_RUNNING = (
     update(inbox)
     .where(inbox.c.id == bindparam("b_id"))
     .values(
@@ -113,6 +134,7 @@ _MARK_RUNNING = Prepared(
         not_before=None,
     )
 )
+_MARK_RUNNING = Prepared(_RUNNING)
 _FINISHED = (
     update(inbox)
     .where(inbox.c.id == bindparam("b_id"))
@@ -336,14 +358,17 @@ def next_open_turn(conn: Connection, key: str) -> TurnRow | None:
     return TurnRow.from_mapping(row) if row else None
 
 
-def _finish_and_next() -> Prepared:
+@lru_cache(maxsize=64)
+def _finish_and_next(usage_shape: tuple[int, int, int, int] | None = None) -> Prepared:
     """PostgreSQL: `finish_turn`, `next_open_turn` and, when no turn is open, `release_route`,
     as one statement. Its sub-statements share one snapshot, in which the turn being finished
-    is still open: the search leaves it out by id."""
+    is still open: the search leaves it out by id. `usage_shape`: the turn's usage rows of that
+    shape (`usage.Usage`) are written in it too."""
     done = _FINISHED.returning(inbox.c.id).cte("done")
     following = _NEXT_OPEN_WITH_ROUTE.where(inbox.c.id != bindparam("b_id")).cte("following")
     released = routes.release_unless(following).cte("released")
-    return Prepared(select(following).add_cte(done, released), dialect="postgresql")
+    carried = usage.ctes(*usage_shape) if usage_shape is not None else ()
+    return Prepared(select(following).add_cte(done, released, *carried), dialect="postgresql")
 
 
 _FINISH_AND_NEXT = _finish_and_next()
@@ -368,29 +393,37 @@ def _turn_and_route(row: Mapping[str, Any] | None) -> NextTurn:
 
 
 def finish_and_next(
-    conn: Connection, turn_id: int, status: str, now: float, error: str | None, lease: Lease
+    conn: Connection,
+    turn_id: int,
+    status: str,
+    now: float,
+    error: str | None,
+    lease: Lease,
+    used: usage.Usage | None = None,
 ) -> NextTurn:
     """Inside the lease's fenced write (its route row locked by `routes.check_route`, so every
     turn recorded for the key is visible): finish `turn_id`, and return the key's next open turn
-    (as `next_turn_and_route`) or, when there is none, let the lease go. One round trip on
-    PostgreSQL."""
+    (as `next_turn_and_route`) or, when there is none, let the lease go; with `used`, write the
+    turn's usage rows too. One round trip on PostgreSQL."""
     if conn.dialect.name != "postgresql":
         finish_turn(conn, turn_id, status, now, error=error)
         turn = next_open_turn(conn, lease.name)
         if turn is None:
             routes.release_route(conn, lease)
+        if used is not None:
+            used.write(conn)
         return turn, None
-    row = _FINISH_AND_NEXT.first(
-        conn,
-        {
-            "b_id": turn_id,
-            "b_status": status,
-            "b_now": now,
-            "b_error": error,
-            "b_key": lease.name,
-            "b_fence": lease.fence,
-        },
-    )
+    params = {
+        "b_id": turn_id,
+        "b_status": status,
+        "b_now": now,
+        "b_error": error,
+        "b_key": lease.name,
+        "b_fence": lease.fence,
+    }
+    if used is None:
+        return _turn_and_route(_FINISH_AND_NEXT.first(conn, params))
+    row = _finish_and_next(used.shape).first(conn, {**params, **used.params()})
     return _turn_and_route(row)
 
 
@@ -405,9 +438,7 @@ def mark_running(conn: Connection, turn_id: int, session_id: str, now: float) ->
 
 # PostgreSQL: `mark_running` and the history the model is given, one statement.
 _RUNNING_WITH_HISTORY = Prepared(
-    message_rows.LAST_MESSAGES.add_cte(
-        _MARK_RUNNING.statement.returning(inbox.c.id).cte("running")
-    ),
+    message_rows.LAST_MESSAGES.add_cte(_RUNNING.returning(inbox.c.id).cte("running")),
     dialect="postgresql",
 )
 

@@ -8,8 +8,8 @@ see `leases` for the fencing rule and the named leases of delivery lanes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, case, exists, or_, select, update
@@ -17,7 +17,6 @@ from sqlalchemy import Connection, and_, bindparam, case, exists, or_, select, u
 from shared.db.conflict import InsertOrSkip
 from shared.db.prepared import Prepared
 from shared.db.schema import routes, sessions
-from shared.model import SessionRecord
 from shared.pipeline.leases import Lease, LeaseLost
 
 # Statements are built once (values bound at execute) and run on the driver's cursor
@@ -38,15 +37,26 @@ _ACQUIRE = Prepared(
     )
     .returning(routes.c.fence)
 )
+
+
 # A renewal racing the release (the renewer snapshots held leases, then waits for the write
 # lock) must not give a released lease an expiry: redrive would think it live.
-_CHECK = Prepared(
-    update(routes)
-    .where(routes.c.session_key == bindparam("b_key"), routes.c.fence == bindparam("b_fence"))
-    .values(
-        lease_expires_at=case((routes.c.lease_holder.is_(None), None), else_=bindparam("b_expires"))
+def _check(p: str) -> Any:
+    """The fence check, its values bound as `<p>key`, `<p>fence` and `<p>expires`."""
+    return (
+        update(routes)
+        .where(
+            routes.c.session_key == bindparam(f"{p}key"), routes.c.fence == bindparam(f"{p}fence")
+        )
+        .values(
+            lease_expires_at=case(
+                (routes.c.lease_holder.is_(None), None), else_=bindparam(f"{p}expires")
+            )
+        )
     )
-)
+
+
+_CHECK = Prepared(_check("b_"))
 _LET_GO = (
     update(routes)
     .where(routes.c.session_key == bindparam("b_key"), routes.c.fence == bindparam("b_fence"))
@@ -76,14 +86,7 @@ def check_route(conn: Connection, lease: Lease, now: float, ttl: float) -> None:
 
 # `check_route` as a CTE another statement carries (its own bind names: no clash with the
 # carrier's); the route's key comes back when the fence held.
-FENCE_CHECK = (
-    update(routes)
-    .where(routes.c.session_key == bindparam("f_key"), routes.c.fence == bindparam("f_fence"))
-    .values(
-        lease_expires_at=case((routes.c.lease_holder.is_(None), None), else_=bindparam("f_expires"))
-    )
-    .returning(routes.c.session_key)
-)
+FENCE_CHECK = _check("f_").returning(routes.c.session_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +102,8 @@ class Fence:
     ttl: float
 
     def params(self) -> dict[str, Any]:
-        return {
-            "f_key": self.lease.name,
-            "f_fence": self.lease.fence,
-            "f_expires": self.now + self.ttl,
-        }
+        lease = self.lease
+        return {"f_key": lease.name, "f_fence": lease.fence, "f_expires": self.now + self.ttl}
 
     def check(self, conn: Connection) -> None:
         """The check on its own (`check_route`)."""
@@ -325,10 +325,6 @@ SESSION_STATE_COLUMNS = (
     sessions.c.end_reason,
 )
 SESSION_STATE_FROM = routes.outerjoin(sessions, sessions.c.id == routes.c.session_id)
-# The rest of the route's session's row, for a statement that reads it along (`live_session`).
-LIVE_SESSION_COLUMNS = tuple(
-    sessions.c[f.name].label(f"live_{f.name}") for f in fields(SessionRecord) if f.name != "id"
-)
 _SESSION_STATE = Prepared(
     select(*SESSION_STATE_COLUMNS)
     .select_from(SESSION_STATE_FROM)
@@ -345,19 +341,6 @@ def session_state(conn: Connection, key: str) -> Any:
     """The route's pending title and its session's id, end and end reason (a mapping; the
     session's fields are None when the route points at none), or None for an unknown key."""
     return _SESSION_STATE.first(conn, {"b_key": key})
-
-
-def live_session(state: Mapping[str, Any]) -> SessionRecord | None:
-    """The route's session as a row read with `SESSION_STATE_COLUMNS` and `LIVE_SESSION_COLUMNS`
-    holds it (None when the route points at none)."""
-    if state["live_id"] is None:
-        return None
-    return SessionRecord.from_mapping(
-        {"id": state["live_id"], **{c.name: state[f"live_{c.name}"] for c in _LIVE_FIELDS}}
-    )
-
-
-_LIVE_FIELDS = tuple(c.element for c in LIVE_SESSION_COLUMNS)
 
 
 def route_session_id(conn: Connection, key: str) -> str | None:

@@ -1,7 +1,8 @@
 """The statements a turn's claim and outcome merge on PostgreSQL behave as the ones they replace
 (both databases: SQLite runs a statement per step): the lease's fence check carried by the
 append of the turn's messages, the marking of a turn running carried by the read of its
-history, and the session read with the turn it is claimed for."""
+history, the session read with the turn it is claimed for, and the turn's usage rows written
+with its finish."""
 
 from __future__ import annotations
 
@@ -12,16 +13,20 @@ import pytest
 from sqlalchemy import select
 
 from producers.intake import accept
-from shared.db import Store
+from shared.db import Connection, Store
 from shared.db.schema import inbox as inbox_table
 from shared.db.schema import routes as routes_table
+from shared.db.schema import usage_daily, usage_ledger, usage_sessions, usage_tools
 from shared.model import SessionRecord
 from shared.pipeline import inbox, routes
 from shared.pipeline.leases import Lease, LeaseLost
+from shared.pricing import Pricing
 from shared.session_key import SessionKey
 from shared.settings import Settings
-from shared.store import messages
+from shared.store import messages, usage
 from shared.store.sessions import create_session, require_session
+from shared.store.usage import Where
+from shared.usage import ModelCall, ToolUse
 from tests.integration.storekit import pg_round_trips
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, turn
 from workers.agent.base import AgentRequest
@@ -134,3 +139,60 @@ def test_the_model_is_given_the_session_as_stored_when_its_turn_was_claimed(
     assert drain(rt, key).ran == 2
     assert [given == stored for given, stored in seen] == [True] * 3
     assert [given.message_count for given, _ in seen] == [0, 2, 4]
+
+
+def _usage_tables(conn: Connection) -> list[list[tuple[object, ...]]]:
+    """Every usage table's rows (the ledger's without its id)."""
+    return [
+        sorted(
+            (tuple(row)[table is usage_ledger :] for row in conn.execute(select(table))), key=repr
+        )
+        for table in (usage_ledger, usage_daily, usage_sessions, usage_tools)
+    ]
+
+
+class _RolledBack(Exception):
+    pass
+
+
+def test_a_turns_usage_is_written_with_its_finish_as_on_its_own(
+    store: Store, tmp_path: Path
+) -> None:
+    """The same ledger and rollup rows as `usage.record` writes, in the finish's round trip on
+    PostgreSQL (the lease let go with it: no turn is waiting)."""
+    calls = [
+        ModelCall("chat", "m1", 90_000.0, 10, 4, 120.0, tools=(ToolUse("search"),)),
+        ModelCall("chat", "m2", 90_001.0, 7, 2, 80.0),
+    ]
+    where = Where(platform="cli", session_id="s1", turn_id=1)
+    key = SessionKey("k", shared=False)
+    with store.write() as conn:
+        create_session(conn, session_id="s1", source="cli", now=1)
+        recorded = inbox.record_turn(conn, turn(0), key, now=1)
+        lease = routes.acquire_route(conn, "k", "worker", now=2, ttl=30)
+        assert lease is not None
+        inbox.mark_running(conn, recorded.turn_id, "s1", 2)
+    expected: list[list[tuple[object, ...]]] = []
+    with pytest.raises(_RolledBack), store.write() as conn:  # what record writes on its own
+        usage.record(conn, calls, where, Pricing({}))
+        expected = _usage_tables(conn)
+        raise _RolledBack
+    used = usage.rows_of(calls, where, Pricing({}))
+    assert used is not None and used.shape == (2, 2, 2, 1)
+    with store.write() as conn:
+        routes.check_route(conn, lease, 3, 30)
+        if store.dialect != "postgresql":
+            found = inbox.finish_and_next(conn, recorded.turn_id, inbox.DONE, 3, None, lease, used)
+        else:
+            with pg_round_trips(conn, tmp_path) as trips:
+                found = inbox.finish_and_next(
+                    conn, recorded.turn_id, inbox.DONE, 3, None, lease, used
+                )
+            assert trips == [1]
+    assert found == (None, None)
+    with store.read() as conn:
+        assert _usage_tables(conn) == expected
+        done = inbox.get_turn(conn, recorded.turn_id)
+        holder = conn.execute(select(routes_table.c.lease_holder)).scalar_one()
+    assert [len(rows) for rows in expected] == [2, 2, 2, 1]
+    assert done is not None and done.status == inbox.DONE and holder is None
