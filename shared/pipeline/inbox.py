@@ -8,21 +8,26 @@ re-exported here, so callers keep using `inbox.TurnRow`, `inbox.summary` and the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, cast, literal, select, true, update
+from sqlalchemy.dialects import postgresql
 
 from shared.db.conflict import InsertOrSkip
 from shared.db.prepared import Prepared
-from shared.db.schema import inbox, sessions
+from shared.db.schema import inbox
 from shared.db.schema import routes as routes_table
-from shared.model import MessageRecord, SessionRecord
+from shared.model import MessageRecord
 from shared.pipeline import routes
 from shared.pipeline.inbox_report import InboxSummary as InboxSummary
 from shared.pipeline.inbox_report import OpenTurns as OpenTurns
+from shared.pipeline.inbox_report import cancelled_before as cancelled_before
 from shared.pipeline.inbox_report import dead_turns_after as dead_turns_after
+from shared.pipeline.inbox_report import find_events
+from shared.pipeline.inbox_report import get_turn as get_turn
+from shared.pipeline.inbox_report import has_open_turns as has_open_turns
 from shared.pipeline.inbox_report import keys_needing_wake as keys_needing_wake
 from shared.pipeline.inbox_report import open_by_platform as open_by_platform
 from shared.pipeline.inbox_report import summary as summary
@@ -31,12 +36,13 @@ from shared.pipeline.turn_rows import CANCELLED as CANCELLED
 from shared.pipeline.turn_rows import DEAD as DEAD
 from shared.pipeline.turn_rows import DONE as DONE
 from shared.pipeline.turn_rows import FAILED as FAILED
-from shared.pipeline.turn_rows import IS_OPEN
+from shared.pipeline.turn_rows import IS_OPEN, LIVE_SESSION_COLUMNS
 from shared.pipeline.turn_rows import OPEN_STATUSES as OPEN_STATUSES
 from shared.pipeline.turn_rows import RUNNING as RUNNING
 from shared.pipeline.turn_rows import WAITING as WAITING
 from shared.pipeline.turn_rows import Recorded as Recorded
 from shared.pipeline.turn_rows import TurnRow as TurnRow
+from shared.pipeline.turn_rows import live_session as live_session
 from shared.session_key import SessionKey
 from shared.store import messages as message_rows
 from shared.store import usage
@@ -67,9 +73,6 @@ _TURN_COLUMNS = (
     "received_at",
     "flush_session_id",
 )
-# Looking up a batch's events at once: a statement per size, padded to a power of two.
-_FIND_MANY = 64
-_FIND_EVENTS: dict[int, Prepared] = {}
 # One event delivered twice at once (a platform's retry, two receivers) may race past
 # `find_event` on PostgreSQL: the second insert is skipped and it answers as a redelivery.
 _INSERT_TURN = InsertOrSkip(
@@ -84,25 +87,6 @@ _NEXT_OPEN = Prepared(
     .order_by(inbox.c.seq)
     .limit(1)
 )
-# The rest of the route's session's row, for a statement that reads it along (`live_session`).
-LIVE_SESSION_COLUMNS = tuple(
-    sessions.c[f.name].label(f"live_{f.name}") for f in fields(SessionRecord) if f.name != "id"
-)
-
-
-def live_session(state: Mapping[str, Any]) -> SessionRecord | None:
-    """The route's session as a row read with `routes.SESSION_STATE_COLUMNS` and
-    `LIVE_SESSION_COLUMNS` holds it (None when the route points at none)."""
-    if state["live_id"] is None:
-        return None
-    return SessionRecord.from_mapping(
-        {"id": state["live_id"], **{c.name: state[f"live_{c.name}"] for c in _LIVE_FIELDS}}
-    )
-
-
-_LIVE_FIELDS = tuple(c.element for c in LIVE_SESSION_COLUMNS)
-
-
 # PostgreSQL: the next open turn with its route's session state (`routes.session_state`), read
 # together: the drain needs both to claim it, and each is a round trip there.
 _NEXT_OPEN_WITH_ROUTE = (
@@ -121,8 +105,6 @@ _NEXT_OPEN_WITH_ROUTE = (
     .order_by(inbox.c.seq)
     .limit(1)
 )
-_HAS_OPEN = select(inbox.c.id).where(inbox.c.session_key == bindparam("b_key"), IS_OPEN).limit(1)
-_GET_TURN = select(inbox).where(inbox.c.id == bindparam("b_id"))
 _RUNNING = (
     update(inbox)
     .where(inbox.c.id == bindparam("b_id"))
@@ -157,27 +139,6 @@ def find_event(conn: Connection, platform: str, event_id: str) -> Recorded | Non
     return Recorded(row["id"], row["session_key"], row["seq"], duplicate=True)
 
 
-def _find_events(conn: Connection, platform: str, event_ids: Sequence[str]) -> list[dict[str, Any]]:
-    """The recorded turns among `event_ids` of `platform` (id, event_id, session_key, seq)."""
-    found: list[dict[str, Any]] = []
-    for start in range(0, len(event_ids), _FIND_MANY):
-        chunk = list(event_ids[start : start + _FIND_MANY])
-        size = 1 << (len(chunk) - 1).bit_length()  # padded with the last id: one plan per size
-        stmt = _FIND_EVENTS.get(size)
-        if stmt is None:
-            stmt = _FIND_EVENTS[size] = Prepared(
-                select(inbox.c.id, inbox.c.event_id, inbox.c.session_key, inbox.c.seq).where(
-                    inbox.c.platform == bindparam("b_platform"),
-                    inbox.c.event_id.in_([bindparam(f"b_e{n}") for n in range(size)]),
-                )
-            )
-        params: dict[str, Any] = {"b_platform": platform}
-        for n in range(size):
-            params[f"b_e{n}"] = chunk[min(n, len(chunk) - 1)]
-        found.extend(stmt.all(conn, params))
-    return found
-
-
 @dataclass(frozen=True, slots=True)
 class Arriving:
     """A turn for `record_turns`: its session key, kind and arrival time."""
@@ -202,7 +163,7 @@ def record_turns(
         by_platform.setdefault(item.turn.platform, []).append(item.turn.event_id)
     seen: dict[tuple[str, str], Recorded] = {}
     for platform, event_ids in by_platform.items():
-        for row in _find_events(conn, platform, event_ids):
+        for row in find_events(conn, platform, event_ids):
             seen[(platform, row["event_id"])] = Recorded(
                 row["id"], row["session_key"], row["seq"], duplicate=True
             )
@@ -289,6 +250,77 @@ def _turn_row(
     }
 
 
+def _record_in_one(claim_wake: bool) -> Prepared:
+    """PostgreSQL: `find_event`, the bump of the key's route unless the event was seen, and the
+    turn's insert (skipped on a taken event) once the bump found the route, as one statement;
+    its one row says which happened. The turn's values are bound as `t_<column>`."""
+    seen = (
+        select(inbox.c.id, inbox.c.session_key, inbox.c.seq)
+        .where(inbox.c.platform == bindparam("t_platform"))
+        .where(inbox.c.event_id == bindparam("t_event_id"))
+        .cte("seen")
+    )
+    bumped = routes.bump_unless(seen, claim_wake=claim_wake).cte("bumped")
+    values = select(
+        *[
+            bumped.c.next_seq if c == "seq" else cast(bindparam(f"t_{c}"), inbox.c[c].type)
+            for c in _TURN_COLUMNS
+        ]
+    ).select_from(bumped)
+    recorded = (
+        postgresql.insert(inbox)
+        .from_select(_TURN_COLUMNS, values)
+        .on_conflict_do_nothing(index_elements=["platform", "event_id"])
+        .returning(inbox.c.id)
+        .cte("recorded")
+    )
+    one = select(literal(1).label("one")).subquery("one")
+    return Prepared(
+        select(
+            seen.c.id.label("seen_id"),
+            seen.c.session_key.label("seen_key"),
+            seen.c.seq.label("seen_seq"),
+            *[c for c in bumped.c],
+            recorded.c.id.label("turn_id"),
+        ).select_from(
+            one.outerjoin(seen, true()).outerjoin(bumped, true()).outerjoin(recorded, true())
+        ),
+        dialect="postgresql",
+    )
+
+
+_RECORD_IN_ONE = {claim: _record_in_one(claim) for claim in (False, True)}
+
+
+def _record_existing_key(
+    conn: Connection, row: dict[str, Any], key: SessionKey, now: float, claim_wake: bool
+) -> Recorded | None:
+    """PostgreSQL: record a turn in one round trip when its key has a route (None when it has
+    none yet: nothing was written, and the caller takes the first arrival's path)."""
+    params = {f"t_{c}": v for c, v in row.items() if c != "seq"}
+    params.update(routes.bump_params(key.key, now, claim_wake))
+    found = _RECORD_IN_ONE[claim_wake].first(conn, params)
+    assert found is not None  # one row, always: the outer joins keep it
+    if found["seen_id"] is not None:
+        return Recorded(found["seen_id"], found["seen_key"], found["seen_seq"], duplicate=True)
+    if found["next_seq"] is None:
+        return None
+    if found["turn_id"] is None:  # recorded meanwhile by another transaction (see record_turn)
+        seen = find_event(conn, row["platform"], row["event_id"])
+        if seen is None:  # pragma: no cover - the row that stopped our insert is there
+            raise RuntimeError(f"event {row['event_id']} neither recorded nor found")
+        return seen
+    arrival = routes.arrival_from(found, now, claim_wake)
+    return Recorded(
+        int(found["turn_id"]),
+        key.key,
+        arrival.seq,
+        duplicate=False,
+        lease_held=arrival.held,
+        wake_pending=arrival.wake_pending,
+    )
+
+
 def record_turn(
     conn: Connection,
     turn: InboundTurn,
@@ -303,9 +335,15 @@ def record_turn(
 
     With `claim_wake` the caller promises to send a wake-up after commit unless the result
     says `lease_held` or `wake_pending`, and to call `forget_wake` if sending it fails."""
-    seen = find_event(conn, turn.platform, turn.event_id)
-    if seen is not None:
-        return seen
+    if conn.dialect.name == "postgresql":  # the key's route exists: one round trip
+        row = _turn_row(turn, key, 0, kind, now, flush_session_id)
+        done = _record_existing_key(conn, row, key, now, claim_wake)
+        if done is not None:
+            return done
+    else:  # (on PostgreSQL that statement found no such event)
+        seen = find_event(conn, turn.platform, turn.event_id)
+        if seen is not None:
+            return seen
     place = routes.Place(turn.platform, turn.chat_id, turn.chat_type, turn.thread_id, turn.user_id)
     arrival = routes.bump_arrival(conn, key.key, place, now, claim_wake=claim_wake)
     inserted = _INSERT_TURN.first(
@@ -336,20 +374,6 @@ def move_chat(conn: Connection, platform: str, old: str, new: str) -> int:
             .values(chat_id=new)
         ).rowcount
     )
-
-
-def cancelled_before(conn: Connection, key: str, seq: int, since: float) -> bool:
-    """Whether a turn of `key` older than `seq` was cancelled at or after `since` (a /stop
-    that arrived at `since` found it running)."""
-    found = conn.execute(
-        select(inbox.c.id).where(
-            inbox.c.session_key == key,
-            inbox.c.status == CANCELLED,
-            inbox.c.seq < seq,
-            inbox.c.finished_at >= since,
-        )
-    ).first()
-    return found is not None
 
 
 def next_open_turn(conn: Connection, key: str) -> TurnRow | None:
@@ -427,11 +451,6 @@ def finish_and_next(
     return _turn_and_route(row)
 
 
-def get_turn(conn: Connection, turn_id: int) -> TurnRow | None:
-    row = conn.execute(_GET_TURN, {"b_id": turn_id}).first()
-    return TurnRow.from_row(row) if row else None
-
-
 def mark_running(conn: Connection, turn_id: int, session_id: str, now: float) -> None:
     _MARK_RUNNING.rowcount(conn, {"b_id": turn_id, "b_now": now, "b_session": session_id})
 
@@ -464,7 +483,3 @@ def finish_turn(
 def postpone_turn(conn: Connection, turn_id: int, not_before: float, error: str) -> None:
     """Put a failed attempt back in line, not to be retried before `not_before`."""
     conn.execute(_POSTPONE, {"b_id": turn_id, "b_not_before": not_before, "b_error": error})
-
-
-def has_open_turns(conn: Connection, key: str) -> bool:
-    return conn.execute(_HAS_OPEN, {"b_key": key}).first() is not None

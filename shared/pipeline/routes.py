@@ -8,7 +8,7 @@ see `leases` for the fencing rule and the named leases of delivery lanes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,7 +251,7 @@ def bump_arrivals(
             for key, place, now in arriving
         ]
     stmt = _BUMP_SEQ_AND_CLAIM_WAKE if claim_wake else _BUMP_SEQ
-    found = stmt.first_each(conn, [_bump_params(key, now, claim_wake) for key, _, now in arriving])
+    found = stmt.first_each(conn, [bump_params(key, now, claim_wake) for key, _, now in arriving])
     missing: set[str] = set()
     out: list[Arrival] = []
     for (key, place, now), route in zip(arriving, found, strict=True):
@@ -261,11 +261,11 @@ def bump_arrivals(
         elif key in missing:
             raise ArrivalRace(f"route {key} was made by another transaction midway")
         else:
-            out.append(_arrival(route, now, claim_wake))
+            out.append(arrival_from(route, now, claim_wake))
     return out
 
 
-def _bump_params(key: str, now: float, claim_wake: bool) -> dict[str, Any]:
+def bump_params(key: str, now: float, claim_wake: bool) -> dict[str, Any]:
     if claim_wake:
         return {"b_key": key, "b_now": now, "b_stale_before": now - WAKE_PENDING_SECONDS}
     return {"b_key": key, "b_now": now}
@@ -273,11 +273,19 @@ def _bump_params(key: str, now: float, claim_wake: bool) -> dict[str, Any]:
 
 def _bump(conn: Connection, key: str, now: float, *, claim_wake: bool) -> Arrival | None:
     stmt = _BUMP_SEQ_AND_CLAIM_WAKE if claim_wake else _BUMP_SEQ
-    route = stmt.first(conn, _bump_params(key, now, claim_wake))
-    return None if route is None else _arrival(route, now, claim_wake)
+    route = stmt.first(conn, bump_params(key, now, claim_wake))
+    return None if route is None else arrival_from(route, now, claim_wake)
 
 
-def _arrival(route: dict[str, Any], now: float, claim_wake: bool) -> Arrival:
+def bump_unless(found: Any, *, claim_wake: bool) -> Any:
+    """`bump_arrival`'s bump of an existing route (bound `b_key`, `b_now`, with `claim_wake`
+    `b_stale_before`; its row read by `arrival_from`) as a statement that bumps only when
+    `found` (a CTE) has no row, for a caller that makes it part of one statement."""
+    stmt: Any = (_BUMP_SEQ_AND_CLAIM_WAKE if claim_wake else _BUMP_SEQ).statement
+    return stmt.where(~exists(select(1).select_from(found)))
+
+
+def arrival_from(route: Mapping[str, Any], now: float, claim_wake: bool) -> Arrival:
     expires = route["lease_expires_at"]
     held = route["lease_holder"] is not None and expires is not None and expires > now
     seq = int(route["next_seq"])

@@ -1,8 +1,8 @@
 """The statements a turn's claim and outcome merge on PostgreSQL behave as the ones they replace
 (both databases: SQLite runs a statement per step): the lease's fence check carried by the
 append of the turn's messages, the marking of a turn running carried by the read of its
-history, the session read with the turn it is claimed for, and the turn's usage rows written
-with its finish."""
+history, the session read with the turn it is claimed for, the turn's usage rows written
+with its finish, and a receiver's look for the event with the route's bump and the insert."""
 
 from __future__ import annotations
 
@@ -196,3 +196,35 @@ def test_a_turns_usage_is_written_with_its_finish_as_on_its_own(
         holder = conn.execute(select(routes_table.c.lease_holder)).scalar_one()
     assert [len(rows) for rows in expected] == [2, 2, 2, 1]
     assert done is not None and done.status == inbox.DONE and holder is None
+
+
+def test_recording_a_turn_of_a_known_key_is_one_round_trip(store: Store, tmp_path: Path) -> None:
+    """The look for the event, the route's bump (with its wake-up claim) and the insert: one
+    statement on PostgreSQL; a redelivery bumps nothing; a key's first turn makes its route."""
+    key = SessionKey("k", shared=False)
+
+    def record(n: int, now: float) -> tuple[inbox.Recorded, list[int]]:
+        with store.write() as conn:
+            if store.dialect != "postgresql":
+                return inbox.record_turn(conn, turn(n), key, now=now, claim_wake=True), []
+            with pg_round_trips(conn, tmp_path) as trips:
+                found = inbox.record_turn(conn, turn(n), key, now=now, claim_wake=True)
+        return found, trips
+
+    first, _ = record(0, 1)
+    second, trips = record(1, 2)
+    again, _ = record(1, 3)
+    if store.dialect == "postgresql":
+        assert trips == [1]
+    assert (first.seq, first.duplicate, first.wake_pending) == (1, False, False)
+    assert (second.seq, second.duplicate, second.wake_pending) == (2, False, True)
+    assert (again.turn_id, again.seq, again.duplicate) == (second.turn_id, 2, True)
+    with store.write() as conn:
+        lease = routes.acquire_route(conn, "k", "worker", now=4, ttl=30)
+    assert lease is not None
+    held, _ = record(2, 5)
+    assert (held.seq, held.lease_held, held.wake_pending) == (3, True, False)
+    with store.read() as conn:
+        next_seq = conn.execute(select(routes_table.c.next_seq)).scalar_one()
+        recorded = conn.execute(select(inbox_table.c.seq).order_by(inbox_table.c.id)).scalars()
+        assert (next_seq, list(recorded)) == (3, [1, 2, 3])
