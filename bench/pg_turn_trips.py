@@ -18,7 +18,8 @@ messages of the measured turns counted:
 
 Warm-up turns first (new connections, psycopg's prepare threshold). The last line printed is one
 JSON object; per-turn figures are totals over the measured turns / turns, for the receiver's
-store and the worker's apart and together.
+store and the worker's apart and together. `--statements` adds each distinct statement with the
+times it ran per turn (a prepared statement's runs are its Binds), to see what the trips are.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ class Tracer:
     name: str
     raw: list[Any] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    statements: Counter[str] = field(default_factory=Counter)  # SQL -> times run (by count())
+    # A connection's statements prepared before a restart, for the file it traces into after it.
+    prepared: dict[Path, dict[str, str]] = field(default_factory=dict)
 
     def attach(self, store: Store) -> None:
         event.listen(store.engine, "connect", lambda dbapi, _record: self._trace(dbapi))
@@ -75,11 +79,17 @@ class Tracer:
 
     def restart(self) -> None:
         """Forget everything traced so far: each live connection traces into a new file."""
-        live = [(dbapi, handle) for dbapi, handle in self.raw if not dbapi.closed]
+        live = [
+            (dbapi, path)
+            for (dbapi, _handle), path in zip(self.raw, self.files, strict=True)
+            if not dbapi.closed
+        ]
         self.stop()
         self.raw, self.files = [], []
-        for dbapi, _handle in live:
+        for dbapi, old in live:
+            names = {**self.prepared.get(old, {}), **_parsed(old)}
             self._trace(dbapi)
+            self.prepared[self.files[-1]] = names
 
     def stop(self) -> None:
         for dbapi, handle in self.raw:
@@ -90,9 +100,8 @@ class Tracer:
     def count(self) -> Counter[str]:
         counts: Counter[str] = Counter()
         for path in self.files:
-            named: dict[str, str] = {}  # prepared statement -> its SQL (from its Parse)
-            for line in path.read_text(errors="replace").splitlines():
-                parts = line.split("\t", 3)
+            named = dict(self.prepared.get(path, {}))  # prepared statement -> SQL (its Parse)
+            for parts in _messages(path):
                 if len(parts) < 3:
                     continue
                 side, kind = parts[0], parts[2]
@@ -100,15 +109,19 @@ class Tracer:
                 if side == "B" and kind == "ReadyForQuery":
                     counts["round_trips"] += 1
                 elif side == "F" and kind == "Query":
-                    _count_sql(counts, _quoted(body, 1)[0])
+                    sql = _quoted(body, 1)[0]
+                    _count_sql(counts, sql)
                     counts["statements_run"] += 1
+                    self.statements[_one_line(sql)] += 1
                 elif side == "F" and kind == "Parse":
                     name, sql = _quoted(body, 2)
                     named[name] = sql
                     _count_sql(counts, sql, ping=False)
                 elif side == "F" and kind == "Bind":
                     counts["statements_run"] += 1
-                    if _PING.match(named.get(_quoted(body, 2)[1], "")):
+                    sql = named.get(_quoted(body, 2)[1], "")
+                    self.statements[_one_line(sql)] += 1
+                    if _PING.match(sql):
                         counts["pings"] += 1
         return counts
 
@@ -123,13 +136,41 @@ def _count_sql(counts: Counter[str], sql: str, *, ping: bool = True) -> None:
         counts["parses"] += 1
 
 
+def _messages(path: Path) -> list[list[str]]:
+    """A trace file's protocol messages, each split into side, length, kind and body. A message
+    is one line unless its SQL holds line breaks: lines that start with no side continue it."""
+    found: list[list[str]] = []
+    for line in path.read_text(errors="replace").splitlines():
+        if line[:2] in ("F\t", "B\t") or not found:
+            found.append(line.split("\t", 3))
+        elif len(found[-1]) > 3:
+            found[-1][3] += "\n" + line
+    return found
+
+
+def _parsed(path: Path) -> dict[str, str]:
+    """The statements a trace file shows prepared: name -> SQL."""
+    named: dict[str, str] = {}
+    for parts in _messages(path):
+        if len(parts) > 3 and parts[0] == "F" and parts[2] == "Parse":
+            name, sql = _quoted(parts[3].strip(), 2)
+            named[name] = sql
+    return named
+
+
+def _one_line(sql: str) -> str:
+    return " ".join(sql.split())
+
+
 def _quoted(body: str, n: int) -> list[str]:
     """The first `n` quoted fields of a traced message (`"name" "SQL" …`), unquoted."""
     fields = [m.replace('""', '"') for m in re.findall(r'"((?:[^"]|"")*)"', body)[:n]]
     return fields + [""] * (n - len(fields))
 
 
-def run(work: Path, children: Children, database_url: str, warm: int, turns: int) -> dict:
+def run(
+    work: Path, children: Children, database_url: str, warm: int, turns: int, width: int = 0
+) -> dict:
     from producers.intake import accept
     from workers.drain import drain
     from workers.flush import flush
@@ -186,12 +227,21 @@ def run(work: Path, children: Children, database_url: str, warm: int, turns: int
     per_turn["total"] = {
         key: round(sum(found[key] for found in counts.values()) / turns, 2) for key in keys
     }
-    return {
+    result: dict[str, Any] = {
         "turns": turns,
         "warm_turns": warm,
         "ms_per_turn": round(elapsed / turns * 1000, 2),
         "per_turn": per_turn,
     }
+    if width:
+        result["statements"] = {
+            name: [
+                [round(n / turns, 2), sql[:width]]
+                for sql, n in sorted(tracer.statements.items(), key=lambda kv: (-kv[1], kv[0]))
+            ]
+            for name, tracer in tracers.items()
+        }
+    return result
 
 
 def main() -> None:
@@ -202,18 +252,32 @@ def main() -> None:
     parser.add_argument("--database-url", required=True, help="a PostgreSQL database to use")
     parser.add_argument("--quick", action="store_true", help="fewer turns, a few seconds")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (traces)")
+    parser.add_argument(
+        "--statements",
+        nargs="?",
+        type=int,
+        const=160,
+        default=0,
+        metavar="WIDTH",
+        help="also list each distinct statement (its first WIDTH characters, default 160) with "
+        "the times it ran per turn, for the receiver and the worker",
+    )
     args = parser.parse_args()
     warm, turns = QUICK if args.quick else FULL
     result = run_in_work_dir(
         "hermes-pg-trips-",
         args.database_url,
-        lambda work, children: run(work, children, args.database_url, warm, turns),
+        lambda work, children: run(work, children, args.database_url, warm, turns, args.statements),
         keep=args.keep,
     )
     if result is None:
         sys.exit(130)
     for name, figures in result["per_turn"].items():
         log(f"{name:9} per turn: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
+    for name, listed in result.get("statements", {}).items():
+        log(f"{name} statements per turn:")
+        for per_turn, sql in listed:
+            log(f"  {per_turn:6.2f}  {sql}")
     print(json.dumps(result))
 
 

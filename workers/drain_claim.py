@@ -14,7 +14,7 @@ from shared.ids import CLI_HEX, looks_like_session_id
 from shared.model import MessageRecord, SessionRecord
 from shared.pipeline import inbox, leases, routes
 from shared.platforms import CLI, gateway_platforms
-from shared.store import messages
+from shared.store import messages, usage
 from shared.store import sessions as session_rows
 from shared.store.housekeeping import MEMORY_FLUSH
 from shared.store.resume import runs_in_left_session
@@ -46,6 +46,7 @@ class Finished:
     turn_id: int
     status: str
     error: str | None = None
+    used: usage.Usage | None = None  # the turn's usage rows, written with its finish
 
 
 def claim_turn(
@@ -64,7 +65,7 @@ def claim_turn(
         released = False
     else:
         turn, route = inbox.finish_and_next(
-            conn, finished.turn_id, finished.status, now, finished.error, lease
+            conn, finished.turn_id, finished.status, now, finished.error, lease, finished.used
         )
         released = turn is None
     while turn is not None and turn.kind == MEMORY_FLUSH and not _flush_still_wanted(conn, turn):
@@ -80,14 +81,18 @@ def claim_turn(
     if turn.attempts >= rt.settings.pipeline.max_attempts:
         return Next("bury", turn)
     session_id = current_session(conn, rt, turn, route)
-    inbox.mark_running(conn, turn.id, session_id, now)
-    # On PostgreSQL the model's context is read here, two statements in this transaction, not
-    # in a read transaction of its own after it (BEGIN, the two, COMMIT: four round trips). On
-    # SQLite a read of its own costs no round trip, and here it would hold the one write lock.
-    context = None
-    if turn.kind != "command" and conn.dialect.name == "postgresql":
-        context = session_context(conn, session_id)
-    return Next("run", turn, session_id, started=now, context=context)
+    # On PostgreSQL the model's context is read here, not in a read transaction of its own after
+    # it (BEGIN, the reads, COMMIT): the history with the turn's marking (one statement), the
+    # session with the turn when it is the route's (as `route` read it). On SQLite a read of its
+    # own costs no round trip, and here it would hold the one write lock.
+    if turn.kind == "command" or conn.dialect.name != "postgresql":
+        inbox.mark_running(conn, turn.id, session_id, now)
+        return Next("run", turn, session_id, started=now)
+    history = inbox.mark_running_with_history(conn, turn.id, session_id, now, HISTORY_MESSAGES)
+    session = inbox.live_session(route) if route is not None else None
+    if session is None or session.id != session_id:  # made just now, or the route had none
+        session = session_rows.require_session(conn, session_id)
+    return Next("run", turn, session_id, started=now, context=(session, history))
 
 
 def session_context(conn: Connection, session_id: str) -> tuple[SessionRecord, list[MessageRecord]]:

@@ -80,15 +80,16 @@ def commit_turn(
     if reply.failed is not None:  # the apology is sent; the turn is not retried
         status = inbox.FAILED
     holder = rt.holder()
+    where = metering.where(turn.platform, session_id, turn.chat_id, turn.id)
 
     def write(conn: Connection) -> tuple[Next | None, outbox.OutboxRow | None, _Opened | None]:
-        routes.check_route(conn, held.lease, now, rt.lease_ttl)
-        messages.append_messages(
+        messages.append_messages(  # first: the lease's fence check is part of it
             conn,
             session_id,
             rows,
             input_tokens=reply.input_tokens,
             output_tokens=reply.output_tokens,
+            fence=routes.Fence(held.lease, now, rt.lease_ttl),
         )
         address = reply_address(conn, rt, turn)
         # A terminal reads its replies from here: this commit delivers them, no lane to open.
@@ -113,17 +114,14 @@ def commit_turn(
         if title is not None:
             titles.write_auto_title(conn, session_id, title)
         error = reply.failed[:500] if reply.failed is not None else None
-        following = None
-        if claim:
-            following = claim_turn(conn, rt, held.lease, now, Finished(turn.id, status, error))
-        else:
-            inbox.finish_turn(conn, turn.id, status, now, error=error)
         opened = None
         if last is not None and not in_store:
             opened = (last.lane, flush.open_lane(conn, holder, last.lane, now, flush.lane_ttl(rt)))
-        # Last: a rollup row other sessions' turns add to stays locked until this commit.
-        where = metering.where(turn.platform, session_id, turn.chat_id, turn.id)
-        usage.record(conn, reply.calls, where, rt.pricing)
+        # Last of the turn's writes, with its finish (one statement on PostgreSQL): a rollup row
+        # other sessions' turns add to stays locked until this commit. Only the claim of a next
+        # turn in this batch may follow.
+        finished = Finished(turn.id, status, error, usage.rows_of(reply.calls, where, rt.pricing))
+        following = _finish(conn, rt, held, finished, now, claim=claim)
         if opened is not None:
             return following, None, opened
         return following, last, None
@@ -135,6 +133,18 @@ def commit_turn(
     if opened is not None:
         flush.deliver_now(rt, *opened)
     return following
+
+
+def _finish(
+    conn: Connection, rt: Runtime, held: Held, finished: Finished, now: float, *, claim: bool
+) -> Next | None:
+    """The turn's status and usage rows, and with `claim` the claim of the key's next turn."""
+    if claim:
+        return claim_turn(conn, rt, held.lease, now, finished)
+    inbox.finish_turn(conn, finished.turn_id, finished.status, now, error=finished.error)
+    if finished.used is not None:
+        finished.used.write(conn)
+    return None
 
 
 def reply_address(

@@ -10,13 +10,16 @@ PostgreSQL through psycopg does the same: there a turn's statements are round tr
 SQLAlchemy's ~40 µs around each was a quarter of a receiver's CPU per request on PostgreSQL
 (bench/webhooks.py). The SQL is compiled once for the psycopg dialect, run on the psycopg
 connection inside the caller's transaction (psycopg prepares it server-side after a few runs),
-and its errors raised as Core would raise them. Other drivers take the ordinary path.
+and its errors raised as Core would raise them, through psycopg's raw cursor with the
+placeholders numbered once here. Other drivers take the ordinary path.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Connection, exc
@@ -33,7 +36,38 @@ _NAMED_SQLITE = sqlite.dialect(paramstyle="named")
 _PSYCOPG = pg_psycopg.dialect()  # type: ignore[no-untyped-call]  # pyformat: %(name)s
 
 
-def _compiled_for_psycopg(statement: Executable) -> tuple[str, dict[str, Any]] | None:
+_PYFORMAT = re.compile(r"%\(([^)]+)\)s|%%")
+
+
+@dataclass(frozen=True, slots=True)
+class _ForPsycopg:
+    """A statement as psycopg's raw cursor takes it: `$n` placeholders, the value of `names[n-1]`
+    bound to each. psycopg would otherwise parse the `%(name)s` form at every run (it keeps
+    what it parsed only for statements of up to 4 kB; a turn's usage statement is 8 kB)."""
+
+    sql: str
+    names: tuple[str, ...]
+    fixed: dict[str, Any]
+
+    def args(self, params: Params) -> list[Any]:
+        fixed = self.fixed
+        return [params[n] if n in params else fixed[n] for n in self.names]
+
+
+def _numbered(sql: str) -> tuple[str, tuple[str, ...]]:
+    """`sql` with its `%(name)s` binds as `$n` (a name bound twice is one `$n`) and `%%` as `%`."""
+    names: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "%"
+        return f"${names.setdefault(name, len(names) + 1)}"
+
+    return _PYFORMAT.sub(number, sql), tuple(names)
+
+
+def _compiled_for_psycopg(statement: Executable) -> _ForPsycopg | None:
     """The statement's SQL for psycopg and the values fixed in it, or None when some value
     needs converting on the way in (that statement then runs through Core) or it does not
     compile for PostgreSQL (a SQLite-only form)."""
@@ -48,7 +82,8 @@ def _compiled_for_psycopg(statement: Executable) -> tuple[str, dict[str, Any]] |
         for bind in compiled.bind_names
         if not bind.required and bind.callable is None
     }
-    return compiled.string, fixed
+    sql, names = _numbered(compiled.string)
+    return _ForPsycopg(sql, names, fixed)
 
 
 class Prepared:
@@ -110,15 +145,15 @@ class Prepared:
         import psycopg
 
         assert self._pg is not None
-        sql, fixed = self._pg
-        values = {**fixed, **params} if fixed else params
+        sql, args = self._pg.sql, self._pg.args(params)
+        cursor: Any = psycopg.RawCursor(raw)  # typed for sqlite3's: fetch reads both alike
         try:
-            with raw.cursor() as cursor:
-                cursor.execute(sql, values)
+            with cursor:
+                cursor.execute(sql, args)
                 return fetch(cursor, None)
         except psycopg.Error as error:  # as Core would raise it: callers catch SQLAlchemy's
             raise exc.DBAPIError.instance(
-                sql, dict(values), error, psycopg.Error, dialect=conn.dialect
+                sql, args, error, psycopg.Error, dialect=conn.dialect
             ) from error
 
     def rowcount(self, conn: Connection, params: Params) -> int:
@@ -142,11 +177,11 @@ class Prepared:
             return [self.first(conn, params) for params in params_seq]
         import psycopg
 
-        sql, fixed = self._pg
-        values = [{**fixed, **params} for params in params_seq] if fixed else params_seq
+        sql = self._pg.sql
+        values = [self._pg.args(params) for params in params_seq]
         found: list[dict[str, Any] | None] = []
         try:
-            with raw.cursor() as cursor:
+            with psycopg.RawCursor(raw) as cursor:
                 cursor.executemany(sql, values, returning=True)
                 while True:  # one result per parameter set, in order
                     row = cursor.fetchone()

@@ -9,18 +9,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, cast, literal, select, true, update
+from sqlalchemy.dialects import postgresql
 
 from shared.db.conflict import InsertOrSkip
 from shared.db.prepared import Prepared
 from shared.db.schema import inbox
 from shared.db.schema import routes as routes_table
+from shared.model import MessageRecord
 from shared.pipeline import routes
 from shared.pipeline.inbox_report import InboxSummary as InboxSummary
 from shared.pipeline.inbox_report import OpenTurns as OpenTurns
+from shared.pipeline.inbox_report import cancelled_before as cancelled_before
 from shared.pipeline.inbox_report import dead_turns_after as dead_turns_after
+from shared.pipeline.inbox_report import find_events
+from shared.pipeline.inbox_report import get_turn as get_turn
+from shared.pipeline.inbox_report import has_open_turns as has_open_turns
 from shared.pipeline.inbox_report import keys_needing_wake as keys_needing_wake
 from shared.pipeline.inbox_report import open_by_platform as open_by_platform
 from shared.pipeline.inbox_report import summary as summary
@@ -29,13 +36,16 @@ from shared.pipeline.turn_rows import CANCELLED as CANCELLED
 from shared.pipeline.turn_rows import DEAD as DEAD
 from shared.pipeline.turn_rows import DONE as DONE
 from shared.pipeline.turn_rows import FAILED as FAILED
-from shared.pipeline.turn_rows import IS_OPEN
+from shared.pipeline.turn_rows import IS_OPEN, LIVE_SESSION_COLUMNS
 from shared.pipeline.turn_rows import OPEN_STATUSES as OPEN_STATUSES
 from shared.pipeline.turn_rows import RUNNING as RUNNING
 from shared.pipeline.turn_rows import WAITING as WAITING
 from shared.pipeline.turn_rows import Recorded as Recorded
 from shared.pipeline.turn_rows import TurnRow as TurnRow
+from shared.pipeline.turn_rows import live_session as live_session
 from shared.session_key import SessionKey
+from shared.store import messages as message_rows
+from shared.store import usage
 from shared.turns import InboundTurn
 
 # Hot statements: built once, run on the driver's cursor (see shared/db/prepared.py).
@@ -63,9 +73,6 @@ _TURN_COLUMNS = (
     "received_at",
     "flush_session_id",
 )
-# Looking up a batch's events at once: a statement per size, padded to a power of two.
-_FIND_MANY = 64
-_FIND_EVENTS: dict[int, Prepared] = {}
 # One event delivered twice at once (a platform's retry, two receivers) may race past
 # `find_event` on PostgreSQL: the second insert is skipped and it answers as a redelivery.
 _INSERT_TURN = InsertOrSkip(
@@ -83,7 +90,12 @@ _NEXT_OPEN = Prepared(
 # PostgreSQL: the next open turn with its route's session state (`routes.session_state`), read
 # together: the drain needs both to claim it, and each is a round trip there.
 _NEXT_OPEN_WITH_ROUTE = (
-    select(inbox, routes_table.c.session_key.label("route_key"), *routes.SESSION_STATE_COLUMNS)
+    select(
+        inbox,
+        routes_table.c.session_key.label("route_key"),
+        *routes.SESSION_STATE_COLUMNS,
+        *LIVE_SESSION_COLUMNS,
+    )
     .select_from(
         inbox.outerjoin(
             routes.SESSION_STATE_FROM, routes_table.c.session_key == inbox.c.session_key
@@ -93,9 +105,7 @@ _NEXT_OPEN_WITH_ROUTE = (
     .order_by(inbox.c.seq)
     .limit(1)
 )
-_HAS_OPEN = select(inbox.c.id).where(inbox.c.session_key == bindparam("b_key"), IS_OPEN).limit(1)
-_GET_TURN = select(inbox).where(inbox.c.id == bindparam("b_id"))
-_MARK_RUNNING = Prepared(
+_RUNNING = (
     update(inbox)
     .where(inbox.c.id == bindparam("b_id"))
     .values(
@@ -106,6 +116,7 @@ _MARK_RUNNING = Prepared(
         not_before=None,
     )
 )
+_MARK_RUNNING = Prepared(_RUNNING)
 _FINISHED = (
     update(inbox)
     .where(inbox.c.id == bindparam("b_id"))
@@ -126,27 +137,6 @@ def find_event(conn: Connection, platform: str, event_id: str) -> Recorded | Non
     if row is None:
         return None
     return Recorded(row["id"], row["session_key"], row["seq"], duplicate=True)
-
-
-def _find_events(conn: Connection, platform: str, event_ids: Sequence[str]) -> list[dict[str, Any]]:
-    """The recorded turns among `event_ids` of `platform` (id, event_id, session_key, seq)."""
-    found: list[dict[str, Any]] = []
-    for start in range(0, len(event_ids), _FIND_MANY):
-        chunk = list(event_ids[start : start + _FIND_MANY])
-        size = 1 << (len(chunk) - 1).bit_length()  # padded with the last id: one plan per size
-        stmt = _FIND_EVENTS.get(size)
-        if stmt is None:
-            stmt = _FIND_EVENTS[size] = Prepared(
-                select(inbox.c.id, inbox.c.event_id, inbox.c.session_key, inbox.c.seq).where(
-                    inbox.c.platform == bindparam("b_platform"),
-                    inbox.c.event_id.in_([bindparam(f"b_e{n}") for n in range(size)]),
-                )
-            )
-        params: dict[str, Any] = {"b_platform": platform}
-        for n in range(size):
-            params[f"b_e{n}"] = chunk[min(n, len(chunk) - 1)]
-        found.extend(stmt.all(conn, params))
-    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +163,7 @@ def record_turns(
         by_platform.setdefault(item.turn.platform, []).append(item.turn.event_id)
     seen: dict[tuple[str, str], Recorded] = {}
     for platform, event_ids in by_platform.items():
-        for row in _find_events(conn, platform, event_ids):
+        for row in find_events(conn, platform, event_ids):
             seen[(platform, row["event_id"])] = Recorded(
                 row["id"], row["session_key"], row["seq"], duplicate=True
             )
@@ -260,6 +250,77 @@ def _turn_row(
     }
 
 
+def _record_in_one(claim_wake: bool) -> Prepared:
+    """PostgreSQL: `find_event`, the bump of the key's route unless the event was seen, and the
+    turn's insert (skipped on a taken event) once the bump found the route, as one statement;
+    its one row says which happened. The turn's values are bound as `t_<column>`."""
+    seen = (
+        select(inbox.c.id, inbox.c.session_key, inbox.c.seq)
+        .where(inbox.c.platform == bindparam("t_platform"))
+        .where(inbox.c.event_id == bindparam("t_event_id"))
+        .cte("seen")
+    )
+    bumped = routes.bump_unless(seen, claim_wake=claim_wake).cte("bumped")
+    values = select(
+        *[
+            bumped.c.next_seq if c == "seq" else cast(bindparam(f"t_{c}"), inbox.c[c].type)
+            for c in _TURN_COLUMNS
+        ]
+    ).select_from(bumped)
+    recorded = (
+        postgresql.insert(inbox)
+        .from_select(_TURN_COLUMNS, values)
+        .on_conflict_do_nothing(index_elements=["platform", "event_id"])
+        .returning(inbox.c.id)
+        .cte("recorded")
+    )
+    one = select(literal(1).label("one")).subquery("one")
+    return Prepared(
+        select(
+            seen.c.id.label("seen_id"),
+            seen.c.session_key.label("seen_key"),
+            seen.c.seq.label("seen_seq"),
+            *[c for c in bumped.c],
+            recorded.c.id.label("turn_id"),
+        ).select_from(
+            one.outerjoin(seen, true()).outerjoin(bumped, true()).outerjoin(recorded, true())
+        ),
+        dialect="postgresql",
+    )
+
+
+_RECORD_IN_ONE = {claim: _record_in_one(claim) for claim in (False, True)}
+
+
+def _record_existing_key(
+    conn: Connection, row: dict[str, Any], key: SessionKey, now: float, claim_wake: bool
+) -> Recorded | None:
+    """PostgreSQL: record a turn in one round trip when its key has a route (None when it has
+    none yet: nothing was written, and the caller takes the first arrival's path)."""
+    params = {f"t_{c}": v for c, v in row.items() if c != "seq"}
+    params.update(routes.bump_params(key.key, now, claim_wake))
+    found = _RECORD_IN_ONE[claim_wake].first(conn, params)
+    assert found is not None  # one row, always: the outer joins keep it
+    if found["seen_id"] is not None:
+        return Recorded(found["seen_id"], found["seen_key"], found["seen_seq"], duplicate=True)
+    if found["next_seq"] is None:
+        return None
+    if found["turn_id"] is None:  # recorded meanwhile by another transaction (see record_turn)
+        seen = find_event(conn, row["platform"], row["event_id"])
+        if seen is None:  # pragma: no cover - the row that stopped our insert is there
+            raise RuntimeError(f"event {row['event_id']} neither recorded nor found")
+        return seen
+    arrival = routes.arrival_from(found, now, claim_wake)
+    return Recorded(
+        int(found["turn_id"]),
+        key.key,
+        arrival.seq,
+        duplicate=False,
+        lease_held=arrival.held,
+        wake_pending=arrival.wake_pending,
+    )
+
+
 def record_turn(
     conn: Connection,
     turn: InboundTurn,
@@ -274,9 +335,15 @@ def record_turn(
 
     With `claim_wake` the caller promises to send a wake-up after commit unless the result
     says `lease_held` or `wake_pending`, and to call `forget_wake` if sending it fails."""
-    seen = find_event(conn, turn.platform, turn.event_id)
-    if seen is not None:
-        return seen
+    if conn.dialect.name == "postgresql":  # the key's route exists: one round trip
+        row = _turn_row(turn, key, 0, kind, now, flush_session_id)
+        done = _record_existing_key(conn, row, key, now, claim_wake)
+        if done is not None:
+            return done
+    else:  # (on PostgreSQL that statement found no such event)
+        seen = find_event(conn, turn.platform, turn.event_id)
+        if seen is not None:
+            return seen
     place = routes.Place(turn.platform, turn.chat_id, turn.chat_type, turn.thread_id, turn.user_id)
     arrival = routes.bump_arrival(conn, key.key, place, now, claim_wake=claim_wake)
     inserted = _INSERT_TURN.first(
@@ -309,34 +376,23 @@ def move_chat(conn: Connection, platform: str, old: str, new: str) -> int:
     )
 
 
-def cancelled_before(conn: Connection, key: str, seq: int, since: float) -> bool:
-    """Whether a turn of `key` older than `seq` was cancelled at or after `since` (a /stop
-    that arrived at `since` found it running)."""
-    found = conn.execute(
-        select(inbox.c.id).where(
-            inbox.c.session_key == key,
-            inbox.c.status == CANCELLED,
-            inbox.c.seq < seq,
-            inbox.c.finished_at >= since,
-        )
-    ).first()
-    return found is not None
-
-
 def next_open_turn(conn: Connection, key: str) -> TurnRow | None:
     """The oldest turn of `key` not yet finished (a `running` one was left by a dead worker)."""
     row = _NEXT_OPEN.first(conn, {"b_key": key})
     return TurnRow.from_mapping(row) if row else None
 
 
-def _finish_and_next() -> Prepared:
+@lru_cache(maxsize=64)
+def _finish_and_next(usage_shape: tuple[int, int, int, int] | None = None) -> Prepared:
     """PostgreSQL: `finish_turn`, `next_open_turn` and, when no turn is open, `release_route`,
     as one statement. Its sub-statements share one snapshot, in which the turn being finished
-    is still open: the search leaves it out by id."""
+    is still open: the search leaves it out by id. `usage_shape`: the turn's usage rows of that
+    shape (`usage.Usage`) are written in it too."""
     done = _FINISHED.returning(inbox.c.id).cte("done")
     following = _NEXT_OPEN_WITH_ROUTE.where(inbox.c.id != bindparam("b_id")).cte("following")
     released = routes.release_unless(following).cte("released")
-    return Prepared(select(following).add_cte(done, released), dialect="postgresql")
+    carried = usage.ctes(*usage_shape) if usage_shape is not None else ()
+    return Prepared(select(following).add_cte(done, released, *carried), dialect="postgresql")
 
 
 _FINISH_AND_NEXT = _finish_and_next()
@@ -361,39 +417,61 @@ def _turn_and_route(row: Mapping[str, Any] | None) -> NextTurn:
 
 
 def finish_and_next(
-    conn: Connection, turn_id: int, status: str, now: float, error: str | None, lease: Lease
+    conn: Connection,
+    turn_id: int,
+    status: str,
+    now: float,
+    error: str | None,
+    lease: Lease,
+    used: usage.Usage | None = None,
 ) -> NextTurn:
     """Inside the lease's fenced write (its route row locked by `routes.check_route`, so every
     turn recorded for the key is visible): finish `turn_id`, and return the key's next open turn
-    (as `next_turn_and_route`) or, when there is none, let the lease go. One round trip on
-    PostgreSQL."""
+    (as `next_turn_and_route`) or, when there is none, let the lease go; with `used`, write the
+    turn's usage rows too. One round trip on PostgreSQL."""
     if conn.dialect.name != "postgresql":
         finish_turn(conn, turn_id, status, now, error=error)
         turn = next_open_turn(conn, lease.name)
         if turn is None:
             routes.release_route(conn, lease)
+        if used is not None:
+            used.write(conn)
         return turn, None
-    row = _FINISH_AND_NEXT.first(
-        conn,
-        {
-            "b_id": turn_id,
-            "b_status": status,
-            "b_now": now,
-            "b_error": error,
-            "b_key": lease.name,
-            "b_fence": lease.fence,
-        },
-    )
+    params = {
+        "b_id": turn_id,
+        "b_status": status,
+        "b_now": now,
+        "b_error": error,
+        "b_key": lease.name,
+        "b_fence": lease.fence,
+    }
+    if used is None:
+        return _turn_and_route(_FINISH_AND_NEXT.first(conn, params))
+    row = _finish_and_next(used.shape).first(conn, {**params, **used.params()})
     return _turn_and_route(row)
-
-
-def get_turn(conn: Connection, turn_id: int) -> TurnRow | None:
-    row = conn.execute(_GET_TURN, {"b_id": turn_id}).first()
-    return TurnRow.from_row(row) if row else None
 
 
 def mark_running(conn: Connection, turn_id: int, session_id: str, now: float) -> None:
     _MARK_RUNNING.rowcount(conn, {"b_id": turn_id, "b_now": now, "b_session": session_id})
+
+
+# PostgreSQL: `mark_running` and the history the model is given, one statement.
+_RUNNING_WITH_HISTORY = Prepared(
+    message_rows.LAST_MESSAGES.add_cte(_RUNNING.returning(inbox.c.id).cte("running")),
+    dialect="postgresql",
+)
+
+
+def mark_running_with_history(
+    conn: Connection, turn_id: int, session_id: str, now: float, count: int
+) -> list[MessageRecord]:
+    """`mark_running`, then the session's last `count` messages (`messages.last_messages`):
+    one round trip on PostgreSQL."""
+    if conn.dialect.name != "postgresql":
+        mark_running(conn, turn_id, session_id, now)
+        return message_rows.last_messages(conn, session_id, count)
+    params = {"b_id": turn_id, "b_now": now, "b_session": session_id, "b_count": count}
+    return message_rows.history_from(_RUNNING_WITH_HISTORY.all(conn, params))
 
 
 def finish_turn(
@@ -405,7 +483,3 @@ def finish_turn(
 def postpone_turn(conn: Connection, turn_id: int, not_before: float, error: str) -> None:
     """Put a failed attempt back in line, not to be retried before `not_before`."""
     conn.execute(_POSTPONE, {"b_id": turn_id, "b_not_before": not_before, "b_error": error})
-
-
-def has_open_turns(conn: Connection, key: str) -> bool:
-    return conn.execute(_HAS_OPEN, {"b_key": key}).first() is not None

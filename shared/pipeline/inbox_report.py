@@ -1,16 +1,20 @@
 """What the sweeps and the monitors read of the inbox: keys whose wake-up was lost, counts by
-status, dead turns, open turns per platform. Read only; `shared.pipeline.inbox` writes."""
+status, dead turns, open turns per platform; and the lookups of turns by event, id and key that
+`shared.pipeline.inbox` re-exports. Read only; `shared.pipeline.inbox` writes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, or_, select
+from sqlalchemy import Connection, and_, bindparam, func, or_, select
 
+from shared.db.prepared import Prepared
 from shared.db.schema import inbox
 from shared.db.schema import routes as routes_table
 from shared.pipeline.turn_rows import (
+    CANCELLED,
     DEAD,
     FAILED,
     IS_OPEN,
@@ -110,3 +114,54 @@ def open_by_platform(conn: Connection) -> dict[str, OpenTurns]:
         platform: OpenTurns(entry[WAITING], entry[RUNNING], entry["oldest"])
         for platform, entry in found.items()
     }
+
+
+# Looking up a batch's events at once: a statement per size, padded to a power of two.
+_FIND_MANY = 64
+_FIND_EVENTS: dict[int, Prepared] = {}
+_HAS_OPEN = select(inbox.c.id).where(inbox.c.session_key == bindparam("b_key"), IS_OPEN).limit(1)
+_GET_TURN = select(inbox).where(inbox.c.id == bindparam("b_id"))
+
+
+def find_events(conn: Connection, platform: str, event_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The recorded turns among `event_ids` of `platform` (id, event_id, session_key, seq)."""
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(event_ids), _FIND_MANY):
+        chunk = list(event_ids[start : start + _FIND_MANY])
+        size = 1 << (len(chunk) - 1).bit_length()  # padded with the last id: one plan per size
+        stmt = _FIND_EVENTS.get(size)
+        if stmt is None:
+            stmt = _FIND_EVENTS[size] = Prepared(
+                select(inbox.c.id, inbox.c.event_id, inbox.c.session_key, inbox.c.seq).where(
+                    inbox.c.platform == bindparam("b_platform"),
+                    inbox.c.event_id.in_([bindparam(f"b_e{n}") for n in range(size)]),
+                )
+            )
+        params: dict[str, Any] = {"b_platform": platform}
+        for n in range(size):
+            params[f"b_e{n}"] = chunk[min(n, len(chunk) - 1)]
+        found.extend(stmt.all(conn, params))
+    return found
+
+
+def cancelled_before(conn: Connection, key: str, seq: int, since: float) -> bool:
+    """Whether a turn of `key` older than `seq` was cancelled at or after `since` (a /stop
+    that arrived at `since` found it running)."""
+    found = conn.execute(
+        select(inbox.c.id).where(
+            inbox.c.session_key == key,
+            inbox.c.status == CANCELLED,
+            inbox.c.seq < seq,
+            inbox.c.finished_at >= since,
+        )
+    ).first()
+    return found is not None
+
+
+def get_turn(conn: Connection, turn_id: int) -> TurnRow | None:
+    row = conn.execute(_GET_TURN, {"b_id": turn_id}).first()
+    return TurnRow.from_row(row) if row else None
+
+
+def has_open_turns(conn: Connection, key: str) -> bool:
+    return conn.execute(_HAS_OPEN, {"b_key": key}).first() is not None

@@ -8,7 +8,7 @@ see `leases` for the fencing rule and the named leases of delivery lanes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,15 +37,26 @@ _ACQUIRE = Prepared(
     )
     .returning(routes.c.fence)
 )
+
+
 # A renewal racing the release (the renewer snapshots held leases, then waits for the write
 # lock) must not give a released lease an expiry: redrive would think it live.
-_CHECK = Prepared(
-    update(routes)
-    .where(routes.c.session_key == bindparam("b_key"), routes.c.fence == bindparam("b_fence"))
-    .values(
-        lease_expires_at=case((routes.c.lease_holder.is_(None), None), else_=bindparam("b_expires"))
+def _check(p: str) -> Any:
+    """The fence check, its values bound as `<p>key`, `<p>fence` and `<p>expires`."""
+    return (
+        update(routes)
+        .where(
+            routes.c.session_key == bindparam(f"{p}key"), routes.c.fence == bindparam(f"{p}fence")
+        )
+        .values(
+            lease_expires_at=case(
+                (routes.c.lease_holder.is_(None), None), else_=bindparam(f"{p}expires")
+            )
+        )
     )
-)
+
+
+_CHECK = Prepared(_check("b_"))
 _LET_GO = (
     update(routes)
     .where(routes.c.session_key == bindparam("b_key"), routes.c.fence == bindparam("b_fence"))
@@ -71,6 +82,36 @@ def check_route(conn: Connection, lease: Lease, now: float, ttl: float) -> None:
     )
     if changed != 1:
         raise LeaseLost(f"lease on {lease.name} moved past fence {lease.fence}")
+
+
+# `check_route` as a CTE another statement carries (its own bind names: no clash with the
+# carrier's); the route's key comes back when the fence held.
+FENCE_CHECK = _check("f_").returning(routes.c.session_key)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A fenced write's `check_route`, for a statement that makes it part of itself on
+    PostgreSQL (`FENCE_CHECK` as a CTE, its params `params()`, then `verify` with how many rows
+    it returned): the check then costs no round trip of its own. It must be the transaction's
+    first write, as `check_route` is: the route row it locks makes every turn recorded for the
+    key visible to the statements after it."""
+
+    lease: Lease
+    now: float
+    ttl: float
+
+    def params(self) -> dict[str, Any]:
+        lease = self.lease
+        return {"f_key": lease.name, "f_fence": lease.fence, "f_expires": self.now + self.ttl}
+
+    def check(self, conn: Connection) -> None:
+        """The check on its own (`check_route`)."""
+        check_route(conn, self.lease, self.now, self.ttl)
+
+    def verify(self, found: int) -> None:
+        if found != 1:
+            raise LeaseLost(f"lease on {self.lease.name} moved past fence {self.lease.fence}")
 
 
 def release_route(conn: Connection, lease: Lease) -> None:
@@ -210,7 +251,7 @@ def bump_arrivals(
             for key, place, now in arriving
         ]
     stmt = _BUMP_SEQ_AND_CLAIM_WAKE if claim_wake else _BUMP_SEQ
-    found = stmt.first_each(conn, [_bump_params(key, now, claim_wake) for key, _, now in arriving])
+    found = stmt.first_each(conn, [bump_params(key, now, claim_wake) for key, _, now in arriving])
     missing: set[str] = set()
     out: list[Arrival] = []
     for (key, place, now), route in zip(arriving, found, strict=True):
@@ -220,11 +261,11 @@ def bump_arrivals(
         elif key in missing:
             raise ArrivalRace(f"route {key} was made by another transaction midway")
         else:
-            out.append(_arrival(route, now, claim_wake))
+            out.append(arrival_from(route, now, claim_wake))
     return out
 
 
-def _bump_params(key: str, now: float, claim_wake: bool) -> dict[str, Any]:
+def bump_params(key: str, now: float, claim_wake: bool) -> dict[str, Any]:
     if claim_wake:
         return {"b_key": key, "b_now": now, "b_stale_before": now - WAKE_PENDING_SECONDS}
     return {"b_key": key, "b_now": now}
@@ -232,11 +273,19 @@ def _bump_params(key: str, now: float, claim_wake: bool) -> dict[str, Any]:
 
 def _bump(conn: Connection, key: str, now: float, *, claim_wake: bool) -> Arrival | None:
     stmt = _BUMP_SEQ_AND_CLAIM_WAKE if claim_wake else _BUMP_SEQ
-    route = stmt.first(conn, _bump_params(key, now, claim_wake))
-    return None if route is None else _arrival(route, now, claim_wake)
+    route = stmt.first(conn, bump_params(key, now, claim_wake))
+    return None if route is None else arrival_from(route, now, claim_wake)
 
 
-def _arrival(route: dict[str, Any], now: float, claim_wake: bool) -> Arrival:
+def bump_unless(found: Any, *, claim_wake: bool) -> Any:
+    """`bump_arrival`'s bump of an existing route (bound `b_key`, `b_now`, with `claim_wake`
+    `b_stale_before`; its row read by `arrival_from`) as a statement that bumps only when
+    `found` (a CTE) has no row, for a caller that makes it part of one statement."""
+    stmt: Any = (_BUMP_SEQ_AND_CLAIM_WAKE if claim_wake else _BUMP_SEQ).statement
+    return stmt.where(~exists(select(1).select_from(found)))
+
+
+def arrival_from(route: Mapping[str, Any], now: float, claim_wake: bool) -> Arrival:
     expires = route["lease_expires_at"]
     held = route["lease_holder"] is not None and expires is not None and expires > now
     seq = int(route["next_seq"])

@@ -9,7 +9,8 @@ from typing import Any
 
 from sqlalchemy import Row, literal_column
 
-from shared.db.schema import inbox
+from shared.db.schema import inbox, sessions
+from shared.model import SessionRecord
 
 WAITING = "waiting"
 RUNNING = "running"
@@ -76,3 +77,20 @@ class TurnRow:
 
 
 _TURN_FIELDS = tuple(f.name for f in fields(TurnRow))
+
+
+# The rest of the route's session's row, for a statement that reads it along (`live_session`).
+LIVE_SESSION_COLUMNS = tuple(
+    sessions.c[f.name].label(f"live_{f.name}") for f in fields(SessionRecord) if f.name != "id"
+)
+_LIVE_FIELDS = tuple(c.element for c in LIVE_SESSION_COLUMNS)
+
+
+def live_session(state: Mapping[str, Any]) -> SessionRecord | None:
+    """The route's session as a row read with `routes.SESSION_STATE_COLUMNS` and
+    `LIVE_SESSION_COLUMNS` holds it (None when the route points at none)."""
+    if state["live_id"] is None:
+        return None
+    return SessionRecord.from_mapping(
+        {"id": state["live_id"], **{c.name: state[f"live_{c.name}"] for c in _LIVE_FIELDS}}
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ from sqlalchemy import (
     case,
     cast,
     delete,
+    exists,
     func,
     insert,
     select,
@@ -24,6 +25,7 @@ from shared.db.errors import SessionNotFound
 from shared.db.prepared import Prepared
 from shared.db.schema import messages, sessions
 from shared.model import MessageRecord
+from shared.pipeline import routes
 from shared.surrogates import LONE_SURROGATE, storable
 
 
@@ -94,12 +96,42 @@ def _bump_and_insert(n: int) -> Prepared:
 
 
 _BUMP_AND_INSERT = {n: _bump_and_insert(n) for n in range(1, _MANY + 1)}
-_LAST = Prepared(
+
+
+def _fenced_bump_and_insert(n: int) -> Prepared:
+    """PostgreSQL: `_bump_and_insert` with the lease's fence check (`routes.FENCE_CHECK`) ahead
+    of it in one statement. The bump runs only once the check found its route row (so the row
+    is locked first, as a separate check would lock it), the rows only once the bump found the
+    session; the statement answers how many rows each of the two found."""
+    fenced = routes.FENCE_CHECK.cte("fenced")
+    bumped = (
+        _BUMPED.where(exists(select(1).select_from(fenced))).returning(sessions.c.id).cte("bumped")
+    )
+    found = select(func.count()).select_from(bumped).scalar_subquery() > 0
+    rows = [
+        select(*[cast(bindparam(f"{c}_{i}"), messages.c[c].type).label(c) for c in _COLUMNS]).where(
+            found
+        )
+        for i in range(n)
+    ]
+    source = rows[0] if n == 1 else union_all(*rows)
+    inserted = insert(messages).from_select(_COLUMNS, source).returning(messages.c.id).cte("rows")
+    counted = select(
+        select(func.count()).select_from(fenced).scalar_subquery().label("fenced"),
+        select(func.count()).select_from(bumped).scalar_subquery().label("bumped"),
+    )
+    return Prepared(counted.add_cte(inserted), dialect="postgresql")
+
+
+_FENCED_BUMP_AND_INSERT = {n: _fenced_bump_and_insert(n) for n in range(1, _MANY + 1)}
+# A session's newest `b_count` messages, newest first (`history_from` puts them in order).
+LAST_MESSAGES = (
     select(messages)
     .where(messages.c.session_id == bindparam("b_session"))
     .order_by(messages.c.id.desc())
     .limit(bindparam("b_count"))
 )
+_LAST = Prepared(LAST_MESSAGES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,13 +208,18 @@ def append_messages(
     *,
     input_tokens: int = 0,
     output_tokens: int = 0,
+    fence: routes.Fence | None = None,
 ) -> None:
-    """Append a turn's messages in order with one activity bump (ids come in that order)."""
+    """Append a turn's messages in order with one activity bump (ids come in that order).
+    `fence`: a fenced write's check (`routes.check_route`), made first; on PostgreSQL it is part
+    of the statement that bumps and inserts (LeaseLost when it failed, and nothing written)."""
     if not rows:
+        if fence is not None:
+            fence.check(conn)
         return
     now = max(r.timestamp for r in rows)
     done = 0
-    if conn.dialect.name == "postgresql":  # the bump and the first rows: one round trip
+    if conn.dialect.name == "postgresql":  # the check, bump and first rows: one round trip
         done = min(len(rows), _MANY)
         values = {
             f"{name}_{i}": value
@@ -190,9 +227,18 @@ def append_messages(
             for name, value in _values(session_id, row).items()
         }
         bump = {"b_session": session_id, "b_now": now, "b_in": input_tokens, "b_out": output_tokens}
-        if _BUMP_AND_INSERT[done].rowcount(conn, {**bump, **values}) == 0:
+        if fence is None:
+            bumped = _BUMP_AND_INSERT[done].rowcount(conn, {**bump, **values})
+        else:
+            counts = _FENCED_BUMP_AND_INSERT[done].first(conn, {**fence.params(), **bump, **values})
+            assert counts is not None  # a SELECT of two counts: always one row
+            fence.verify(int(counts["fenced"]))
+            bumped = int(counts["bumped"])
+        if bumped == 0:
             raise SessionNotFound(session_id)
     else:
+        if fence is not None:
+            fence.check(conn)
         _bump(conn, session_id, now, input_tokens, output_tokens)
     for start in range(done, len(rows), _MANY):  # one statement: ids follow the rows' order
         chunk = rows[start : start + _MANY]
@@ -223,7 +269,11 @@ def transcript(
 
 def last_messages(conn: Connection, session_id: str, count: int) -> list[MessageRecord]:
     """The newest `count` messages of a session, oldest first."""
-    rows = _LAST.all(conn, {"b_session": session_id, "b_count": count})
+    return history_from(_LAST.all(conn, {"b_session": session_id, "b_count": count}))
+
+
+def history_from(rows: Sequence[Mapping[str, Any]]) -> list[MessageRecord]:
+    """`LAST_MESSAGES`'s rows as `last_messages` returns them: oldest first."""
     return [MessageRecord.from_mapping(row) for row in reversed(rows)]
 
 

@@ -219,30 +219,57 @@ _INSERT = Prepared(insert(usage_ledger).values({c: bindparam(c) for c in _LEDGER
 
 def record(conn: Connection, calls: Sequence[ModelCall], where: Where, pricing: Pricing) -> None:
     """Inside the caller's write: the calls' ledger rows and their rollups."""
+    found = rows_of(calls, where, pricing)
+    if found is not None:
+        found.write(conn)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """The rows `record` writes for some calls: the ledger's, and the rollups' in key order
+    (the order they lock in). A statement of another store module may carry them on PostgreSQL
+    (`ctes(*shape)` in its WITH, bound with `params()`) instead of `write`'s statement."""
+
+    ledger: list[dict[str, Any]]
+    daily: list[dict[str, Any]]
+    per_session: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (len(self.ledger), len(self.daily), len(self.per_session), len(self.tools))
+
+    def params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        tables = (self.ledger, self.daily, self.per_session, self.tools)
+        for prefix, rows in zip("ldst", tables, strict=True):
+            for i, row in enumerate(rows):
+                params.update({f"{prefix}{i}_{c}": v for c, v in row.items()})
+        return params
+
+    def write(self, conn: Connection) -> None:
+        if conn.dialect.name == "postgresql":
+            _in_one_statement(*self.shape).rowcount(conn, self.params())
+            return
+        for row in self.ledger:
+            _INSERT.rowcount(conn, row)
+        for row in self.daily:
+            _DAILY.run(conn, row)
+        for row in self.per_session:
+            _SESSIONS.run(conn, row)
+        for row in self.tools:
+            _TOOLS.run(conn, row)
+
+
+def rows_of(calls: Sequence[ModelCall], where: Where, pricing: Pricing) -> Usage | None:
+    """What `record` would write for `calls` (None for no calls)."""
     if not calls:
-        return
+        return None
     items = [
         Priced(c, pricing.cost(c.model, c.input_tokens, c.output_tokens, c.cached_tokens))
         for c in calls
     ]
-    ledger = [_ledger_row(where, item) for item in items]
-    daily, per_session, tools = _rollups(items, where)
-    if conn.dialect.name == "postgresql":
-        shape = (len(ledger), len(daily), len(per_session), len(tools))
-        params: dict[str, Any] = {}
-        for prefix, rows in zip("ldst", (ledger, daily, per_session, tools), strict=True):
-            for i, row in enumerate(rows):
-                params.update({f"{prefix}{i}_{c}": v for c, v in row.items()})
-        _in_one_statement(*shape).rowcount(conn, params)
-        return
-    for row in ledger:
-        _INSERT.rowcount(conn, row)
-    for row in daily:
-        _DAILY.run(conn, row)
-    for row in per_session:
-        _SESSIONS.run(conn, row)
-    for row in tools:
-        _TOOLS.run(conn, row)
+    return Usage([_ledger_row(where, item) for item in items], *_rollups(items, where))
 
 
 Rows = list[dict[str, Any]]
@@ -290,6 +317,20 @@ def _in_one_statement(ledger: int, daily: int, sessions: int, tools: int) -> Pre
     """PostgreSQL: the ledger rows and every rollup upsert as one statement. The sub-statements
     of a WITH run in no promised order, so each waits for the previous one's RETURNING rows (a
     count in its WHERE): rollup rows lock in the order of the statement-per-row path."""
+    *ctes, last = _steps(ledger, daily, sessions, tools)
+    return Prepared(last.add_cte(*ctes) if ctes else last, dialect="postgresql")
+
+
+@lru_cache(maxsize=64)
+def ctes(ledger: int, daily: int, sessions: int, tools: int) -> tuple[Any, ...]:
+    """`_in_one_statement`'s steps as CTEs (`usage1`…), for a statement that carries them."""
+    *before, last = _steps(ledger, daily, sessions, tools, name="usage")
+    return (*before, last.cte(f"usage{len(before) + 1}"))
+
+
+def _steps(ledger: int, daily: int, sessions: int, tools: int, name: str = "step") -> list[Any]:
+    """The ledger's insert, then each rollup's upsert once the step before it has run; every
+    step but the last as a CTE named `<name><n>`."""
     steps: list[Any] = [
         insert(usage_ledger)
         .values([{c: bindparam(f"l{i}_{c}") for c in _LEDGER_COLUMNS} for i in range(ledger)])
@@ -302,8 +343,7 @@ def _in_one_statement(ledger: int, daily: int, sessions: int, tools: int) -> Pre
     ):
         if not count:
             continue
-        before = steps[-1].cte(f"step{len(steps)}")
+        before = steps[-1].cte(f"{name}{len(steps)}")
         steps[-1] = before
         steps.append(upsert.from_rows(prefix, count, select(func.count()).select_from(before)))
-    *ctes, last = steps
-    return Prepared(last.add_cte(*ctes) if ctes else last, dialect="postgresql")
+    return steps
