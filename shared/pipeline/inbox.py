@@ -306,19 +306,27 @@ def _record_existing_key(
     if found["next_seq"] is None:
         return None
     if found["turn_id"] is None:  # recorded meanwhile by another transaction (see record_turn)
-        seen = find_event(conn, row["platform"], row["event_id"])
-        if seen is None:  # pragma: no cover - the row that stopped our insert is there
-            raise RuntimeError(f"event {row['event_id']} neither recorded nor found")
-        return seen
-    arrival = routes.arrival_from(found, now, claim_wake)
+        return _recorded_meanwhile(conn, row["platform"], row["event_id"])
+    return _new_turn(int(found["turn_id"]), key, routes.arrival_from(found, now, claim_wake))
+
+
+def _new_turn(turn_id: int, key: SessionKey, arrival: routes.Arrival) -> Recorded:
     return Recorded(
-        int(found["turn_id"]),
+        turn_id,
         key.key,
         arrival.seq,
         duplicate=False,
         lease_held=arrival.held,
         wake_pending=arrival.wake_pending,
     )
+
+
+def _recorded_meanwhile(conn: Connection, platform: str, event_id: str) -> Recorded:
+    """The turn another transaction recorded for this event while ours tried to."""
+    seen = find_event(conn, platform, event_id)
+    if seen is None:  # pragma: no cover - the row that stopped our insert is there
+        raise RuntimeError(f"event {event_id} neither recorded nor found")
+    return seen
 
 
 def record_turn(
@@ -350,18 +358,8 @@ def record_turn(
         conn, _turn_row(turn, key, arrival.seq, kind, now, flush_session_id)
     )
     if inserted is None:  # recorded meanwhile by another transaction (its arrival number
-        seen = find_event(conn, turn.platform, turn.event_id)  # is the turn's; ours is unused)
-        if seen is None:  # pragma: no cover - the row that stopped our insert is there
-            raise RuntimeError(f"event {turn.event_id} neither recorded nor found")
-        return seen
-    return Recorded(
-        int(inserted["id"]),
-        key.key,
-        arrival.seq,
-        duplicate=False,
-        lease_held=arrival.held,
-        wake_pending=arrival.wake_pending,
-    )
+        return _recorded_meanwhile(conn, turn.platform, turn.event_id)  # is the turn's)
+    return _new_turn(int(inserted["id"]), key, arrival)
 
 
 def move_chat(conn: Connection, platform: str, old: str, new: str) -> int:

@@ -77,11 +77,9 @@ _INSERT_ROWS = {
 }
 
 
-def _bump_and_insert(n: int) -> Prepared:
-    """PostgreSQL: the session's activity bump and the INSERT of `n` rows as one statement. The
-    rows are inserted only once the bump found the session (a count of its RETURNING rows in
-    their WHERE), in list order (one plan, its branches run in turn; no parallel plan writes)."""
-    bumped = _BUMPED.returning(sessions.c.id).cte("bumped")
+def _rows_once_bumped(bumped: Any, n: int) -> Any:
+    """`n` bound rows (`<column>_<i>`) in list order, each only once `bumped` (a CTE) found the
+    session: the INSERT's source in one statement with the bump."""
     found = select(func.count()).select_from(bumped).scalar_subquery() > 0
     rows = [
         select(*[cast(bindparam(f"{c}_{i}"), messages.c[c].type).label(c) for c in _COLUMNS]).where(
@@ -89,7 +87,15 @@ def _bump_and_insert(n: int) -> Prepared:
         )
         for i in range(n)
     ]
-    source = rows[0] if n == 1 else union_all(*rows)
+    return rows[0] if n == 1 else union_all(*rows)
+
+
+def _bump_and_insert(n: int) -> Prepared:
+    """PostgreSQL: the session's activity bump and the INSERT of `n` rows as one statement. The
+    rows are inserted only once the bump found the session (a count of its RETURNING rows in
+    their WHERE), in list order (one plan, its branches run in turn; no parallel plan writes)."""
+    bumped = _BUMPED.returning(sessions.c.id).cte("bumped")
+    source = _rows_once_bumped(bumped, n)
     return Prepared(
         insert(messages).from_select(_COLUMNS, source).add_cte(bumped), dialect="postgresql"
     )
@@ -107,14 +113,7 @@ def _fenced_bump_and_insert(n: int) -> Prepared:
     bumped = (
         _BUMPED.where(exists(select(1).select_from(fenced))).returning(sessions.c.id).cte("bumped")
     )
-    found = select(func.count()).select_from(bumped).scalar_subquery() > 0
-    rows = [
-        select(*[cast(bindparam(f"{c}_{i}"), messages.c[c].type).label(c) for c in _COLUMNS]).where(
-            found
-        )
-        for i in range(n)
-    ]
-    source = rows[0] if n == 1 else union_all(*rows)
+    source = _rows_once_bumped(bumped, n)
     inserted = insert(messages).from_select(_COLUMNS, source).returning(messages.c.id).cte("rows")
     counted = select(
         select(func.count()).select_from(fenced).scalar_subquery().label("fenced"),
