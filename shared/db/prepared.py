@@ -181,9 +181,11 @@ class Prepared:
         names up in a list of them all, which for a few hundred binds costs more than the
         INSERT (and a dict of them must be built first)."""
         raw = conn.connection.driver_connection
-        if not isinstance(raw, sqlite3.Connection) or self._sql is None or self._fixed:
+        if not isinstance(raw, sqlite3.Connection) or self._sql is None:
             return self.all(conn, dict(zip(names, values, strict=True)))
         sql, order = self._positional(names)
+        if self._fixed:  # values fixed in the statement come after the caller's
+            values = [*values, *self._fixed.values()]
         bound = values if order is None else [values[index] for index in order]
         try:
             cursor = raw.execute(sql, bound)
@@ -206,12 +208,12 @@ class Prepared:
             compiled = cast(
                 SQLCompiler, cast(ClauseElement, self.statement).compile(dialect=_QMARK_SQLITE)
             )
-            index = {name: n for n, name in enumerate(names)}
+            index = {name: n for n, name in enumerate([*names, *self._fixed])}
             binds = compiled.positiontup or []
-            if set(binds) != set(index):  # a bind without a value, or a value for none
-                raise ValueError(f"values for {sorted(index)}, binds {sorted(set(binds))}")
+            if not set(index).issuperset(binds) or not set(binds).issuperset(names):
+                raise ValueError(f"values for {list(names)}, binds {list(binds)}")
             order = tuple(index[name] for name in binds)  # a name used twice is bound twice
-            identity = order == tuple(range(len(names)))
+            identity = order == tuple(range(len(index)))
             found = self._by_position = (names, compiled.string, None if identity else order)
         return found[1], found[2]
 
