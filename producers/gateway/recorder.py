@@ -101,7 +101,8 @@ class Recorder:
         with self._lock:
             self._queue.append((item, future))
             start, self._busy = not self._busy, True
-            if self._lingering:
+            if self._lingering:  # told once: the turns queued until it wakes come with this one
+                self._lingering = False
                 self._more.notify()
         if start:
             self._worker = self.loop.create_task(self._run(), name="record turns")

@@ -83,6 +83,8 @@ def update_id(update: Any) -> int:
 def _id(value: Any, what: str) -> str:
     """Telegram's ids are integers (chats negative for groups); the sender later sends them as
     such, so anything else is refused here rather than failing every delivery attempt."""
+    if type(value) is int and -(10**20) < value < 10**20:  # the usual case: no regex needed
+        return str(value)
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise BadUpdate(f"{what} must be an integer id")
     text = str(value)

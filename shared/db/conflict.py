@@ -80,7 +80,7 @@ class InsertOrSkip:
         for start in range(0, len(rows), MANY_ROWS):
             chunk = rows[start : start + MANY_ROWS]
             stmt, names = self._statement_for(conn.dialect.name, len(chunk))
-            out.extend(stmt.all(conn, dict(zip(names, chain.from_iterable(chunk), strict=True))))
+            out.extend(stmt.all_in_order(conn, names, list(chain.from_iterable(chunk))))
         return out
 
     def _statement_for(self, dialect: str, rows: int) -> tuple[Prepared, tuple[str, ...]]:

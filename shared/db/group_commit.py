@@ -104,6 +104,10 @@ class GroupCommit:
         self._local = threading.local()
         self._fd: int | None = None
         self._pid = 0
+        # The writers' connection, kept from one group to the next (the turn's holder uses it):
+        # checking it out of the pool and back in for every group cost more than its BEGIN.
+        self._conn: Connection | None = None
+        self._conn_pid = 0
 
     # --- the two ways in ---
 
@@ -207,7 +211,12 @@ class GroupCommit:
         again). Left open, every store a long-lived process opened and closed kept one, until
         descriptors ran past what select() takes (the test suite's did, at 1,024)."""
         with self._cond:
-            if self._fd is not None and self._pid == os.getpid() and not self._busy:
+            if self._busy:
+                return
+            if self._conn is not None and self._conn_pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+            if self._fd is not None and self._pid == os.getpid():
                 os.close(self._fd)
                 self._fd = None
 
@@ -217,19 +226,31 @@ class GroupCommit:
             self._pid = os.getpid()
         return self._fd
 
+    def _connection(self) -> Connection:
+        """With the turn: the writers' connection (a new one after a fork or a lost group)."""
+        conn = self._conn
+        if conn is None or self._conn_pid != os.getpid() or conn.closed or conn.invalidated:
+            conn = self._conn = self._connect()
+            self._conn_pid = os.getpid()
+        return conn
+
+    def _let_go(self) -> None:
+        """With the turn: close the writers' connection (it failed; the next group opens one)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
     def _open(self) -> _Group:
         """With the turn: take the file lock and BEGIN IMMEDIATE on the writers' connection.
         If that fails the turn is let go and the functions waiting for it fail too."""
-        conn: Connection | None = None
         locked = False
         try:
             fcntl.flock(self._descriptor(), fcntl.LOCK_EX)
             locked = True
-            conn = self._connect()
+            conn = self._connection()
             return _Group(conn, conn.begin())
         except BaseException as exc:
-            if conn is not None:
-                conn.close()
+            self._let_go()
             if locked:
                 fcntl.flock(self._descriptor(), fcntl.LOCK_UN)
             with self._cond:
@@ -324,7 +345,8 @@ class GroupCommit:
             group.error = group.error or exc
         finally:
             try:
-                group.conn.close()
+                if group.error is not None:  # whatever state it was left in goes with it
+                    self._let_go()
             finally:
                 fcntl.flock(self._descriptor(), fcntl.LOCK_UN)
                 for job in group.jobs:

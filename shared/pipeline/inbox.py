@@ -156,7 +156,8 @@ def record_turns(
     same results (a later delivery of an event in the batch is its redelivery), in fewer
     statements: the batch's events are looked up in one, its new turns inserted in one, and
     only the arrival counters are bumped turn by turn, in order (that bump orders a key's
-    turns; on PostgreSQL the bumps go in one round trip, routes.bump_arrivals).
+    turns; on PostgreSQL they go in one round trip, on SQLite in one statement when the batch's
+    keys all differ: routes.bump_arrivals).
     Raises what a statement raised; the caller rolls back (the batch is one unit of work)."""
     by_platform: dict[str, list[str]] = {}
     for item in arriving:

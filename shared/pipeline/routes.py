@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, case, exists, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, case, exists, or_, select, union_all, update
 
 from shared.db.conflict import InsertOrSkip
 from shared.db.prepared import Prepared
@@ -24,8 +24,13 @@ from shared.pipeline.leases import Lease, LeaseLost
 
 # --- the key's lease ---
 
-# Nobody holds the key's lease at `b_now` (never taken, let go, or expired).
-ROUTE_FREE = or_(routes.c.lease_holder.is_(None), routes.c.lease_expires_at <= bindparam("b_now"))
+
+def _route_free(now: Any) -> Any:
+    """Nobody holds the key's lease at `now` (never taken, let go, or expired)."""
+    return or_(routes.c.lease_holder.is_(None), routes.c.lease_expires_at <= now)
+
+
+ROUTE_FREE = _route_free(bindparam("b_now"))
 _ACQUIRE = Prepared(
     update(routes)
     .where(routes.c.session_key == bindparam("b_key"), ROUTE_FREE)
@@ -145,29 +150,33 @@ _BUMP = (
     .where(routes.c.session_key == bindparam("b_key"))
     .values(next_seq=routes.c.next_seq + 1, updated_at=bindparam("b_now"))
 )
-_BUMP_SEQ = Prepared(
-    _BUMP.returning(routes.c.next_seq, routes.c.lease_holder, routes.c.lease_expires_at)
-)
+_ARRIVAL = (routes.c.next_seq, routes.c.lease_holder, routes.c.lease_expires_at)
+_CLAIMED = (routes.c.wake_sent_at, routes.c.wake_seq)
+_BUMP_SEQ = Prepared(_BUMP.returning(*_ARRIVAL))
 # The same, for a producer that will send the wake-up: it claims the sending (marks the key
 # with this arrival's seq and time) unless a drain holds the lease or an earlier wake-up is
 # still on its way. A wake-up is taken when a drain takes or lets go of the lease (which
 # clears the mark); one that was lost (the broker forgot it, its worker died) is trusted only
 # for WAKE_PENDING_SECONDS, and redrive finds the turns meanwhile.
 WAKE_PENDING_SECONDS = 30.0
-_STALE = or_(routes.c.wake_sent_at.is_(None), routes.c.wake_sent_at <= bindparam("b_stale_before"))
-_CLAIM = and_(ROUTE_FREE, _STALE)
+
+
+def _claiming(now: Any, stale_before: Any) -> dict[str, Any]:
+    stale = or_(routes.c.wake_sent_at.is_(None), routes.c.wake_sent_at <= stale_before)
+    claim = and_(_route_free(now), stale)
+    return {
+        "wake_sent_at": case((claim, now), else_=routes.c.wake_sent_at),
+        "wake_seq": case((claim, routes.c.next_seq + 1), else_=routes.c.wake_seq),
+    }
+
+
 _BUMP_SEQ_AND_CLAIM_WAKE = Prepared(
-    _BUMP.values(
-        wake_sent_at=case((_CLAIM, bindparam("b_now")), else_=routes.c.wake_sent_at),
-        wake_seq=case((_CLAIM, routes.c.next_seq + 1), else_=routes.c.wake_seq),
-    ).returning(
-        routes.c.next_seq,
-        routes.c.lease_holder,
-        routes.c.lease_expires_at,
-        routes.c.wake_sent_at,
-        routes.c.wake_seq,
+    _BUMP.values(**_claiming(bindparam("b_now"), bindparam("b_stale_before"))).returning(
+        *_ARRIVAL, *_CLAIMED
     )
 )
+_BUMP_MANY_KEYS = 64  # SQLite: keys per statement of _bump_all_sqlite, built per count on use
+_bump_many: dict[tuple[int, bool], tuple[Prepared, tuple[str, ...]]] = {}
 _FORGET_WAKE = Prepared(
     update(routes)
     .where(routes.c.session_key == bindparam("b_key"))
@@ -218,16 +227,18 @@ def bump_arrival(
     Also says whether a drain holds the key's lease at this moment, and with `claim_wake`
     whether a wake-up is already on its way (else marks the one the caller will send)."""
     found = _bump(conn, key, now, claim_wake=claim_wake)
-    if found is not None:
-        return found
+    return found if found is not None else _first_arrival(conn, key, place, now, claim_wake)
+
+
+def _first_arrival(conn: Connection, key: str, place: Place, now: float, claim: bool) -> Arrival:
+    """The arrival of a key that had no route when bumped: its row, made now."""
     made = _INSERT.first(
-        conn,
-        _row(key, None, place, now, next_seq=1, wake_sent_at=now if claim_wake else None),
+        conn, _row(key, None, place, now, next_seq=1, wake_sent_at=now if claim else None)
     )
     if made is not None:
         return Arrival(1, held=False, wake_pending=False)
     # Another first arrival made the row meanwhile (and has committed): count after it.
-    found = _bump(conn, key, now, claim_wake=claim_wake)
+    found = _bump(conn, key, now, claim_wake=claim)
     if found is None:  # pragma: no cover - the row that stopped our insert is there
         raise RuntimeError(f"route {key} neither updated nor inserted")
     return found
@@ -242,9 +253,18 @@ def bump_arrivals(
     conn: Connection, arriving: Sequence[tuple[str, Place, float]], *, claim_wake: bool
 ) -> list[Arrival]:
     """`bump_arrival` for each (key, place, now), in order. On PostgreSQL the bumps of
-    existing routes go in one round trip (a pipeline); a key without a route yet gets its row
-    in order after them. Raises ArrivalRace if a key's route appeared midway (the caller rolls
-    back and records the turns one by one)."""
+    existing routes go in one round trip (a pipeline), on SQLite in one statement when the keys
+    all differ; a key without a route yet gets its row in order after them. Raises ArrivalRace
+    if a key's route appeared midway (the caller rolls back and records the turns one by one)."""
+    distinct = len({key for key, _, _ in arriving}) == len(arriving)
+    if conn.dialect.name == "sqlite" and len(arriving) > 1 and distinct:
+        bumped = _bump_all_sqlite(conn, arriving, claim_wake)
+        return [
+            arrival_from(bumped[key], now, claim_wake)
+            if key in bumped
+            else _first_arrival(conn, key, place, now, claim_wake)
+            for key, place, now in arriving
+        ]
     if conn.dialect.name != "postgresql" or len(arriving) < 2:
         return [
             bump_arrival(conn, key, place, now, claim_wake=claim_wake)
@@ -263,6 +283,42 @@ def bump_arrivals(
         else:
             out.append(arrival_from(route, now, claim_wake))
     return out
+
+
+def _bump_all_sqlite(
+    conn: Connection, arriving: Sequence[tuple[str, Place, float]], claim_wake: bool
+) -> dict[str, dict[str, Any]]:
+    """Bump the routes of `arriving`'s keys (all different) with one UPDATE … FROM them all
+    (each with its own `now`), not one each: the same as one by one, as a row's new values
+    depend on that row and its own arrival alone. Returns the rows bumped, by key."""
+    found: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(arriving), _BUMP_MANY_KEYS):
+        chunk = arriving[start : start + _BUMP_MANY_KEYS]
+        stmt, names = _bump_many_statement(len(chunk), claim_wake)
+        values: list[Any] = []
+        for key, _, now in chunk:
+            values += (key, now, now - WAKE_PENDING_SECONDS) if claim_wake else (key, now)
+        found.update((row["session_key"], row) for row in stmt.all_in_order(conn, names, values))
+    return found
+
+
+def _bump_many_statement(keys: int, claim_wake: bool) -> tuple[Prepared, tuple[str, ...]]:
+    found = _bump_many.get((keys, claim_wake))
+    if found is None:
+        fields = ("key", "now", "stale") if claim_wake else ("key", "now")
+        names = tuple(f"a_{field}_{n}" for n in range(keys) for field in fields)
+        rows: list[Any] = [
+            select(*(bindparam(f"a_{f}_{n}").label(f) for f in fields)) for n in range(keys)
+        ]
+        came = union_all(*rows).subquery("arriving")
+        values: dict[str, Any] = {"next_seq": routes.c.next_seq + 1, "updated_at": came.c.now}
+        if claim_wake:
+            values |= _claiming(came.c.now, came.c.stale)
+        stmt = update(routes).where(routes.c.session_key == came.c.key).values(values)
+        returned = (*_ARRIVAL, *_CLAIMED) if claim_wake else _ARRIVAL
+        found = (Prepared(stmt.returning(routes.c.session_key, *returned), dialect="sqlite"), names)
+        _bump_many[(keys, claim_wake)] = found  # the same for every thread that builds it
+    return found
 
 
 def bump_params(key: str, now: float, claim_wake: bool) -> dict[str, Any]:

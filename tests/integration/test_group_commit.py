@@ -328,3 +328,72 @@ def test_a_closed_store_keeps_no_descriptor_open(tmp_path: Path) -> None:
     with reopened.read() as conn:
         assert len(session_rows.list_sessions(conn, limit=50)[0]) == 21
     reopened.close()
+
+
+def test_the_writers_connection_is_kept_from_group_to_group_until_one_is_lost(
+    store: Store, tmp_path: Path
+) -> None:
+    """Checking the writers' connection out and back in for every group cost more than its
+    BEGIN: one connection serves group after group, and a lost group's goes with it."""
+    sqlite_group(store)
+    group = GroupCommit(tmp_path / "writer.lock", store.engine.connect)
+    seen: list[Connection] = []
+
+    def noting(session_id: str) -> Work:
+        def work(conn: Connection) -> str:
+            seen.append(conn)
+            return _create(session_id)(conn)
+
+        return work
+
+    def breaking(conn: Connection) -> None:
+        seen.append(conn)
+        conn.connection.driver_connection.execute("ROLLBACK")  # type: ignore[union-attr]
+
+    group.run(noting("one"))
+    group.run(noting("two"))
+    with pytest.raises(GroupFailed):
+        group.run(breaking)
+    group.run(noting("three"))
+    assert seen[0] is seen[1] is seen[2]
+    assert seen[3] is not seen[0]
+    group.close()
+    assert seen[3].closed
+    assert _committed_ids(store) == {"one", "two", "three"}
+
+
+def test_values_bound_in_a_given_order_land_in_their_columns(store: Store) -> None:
+    """`all_in_order` (a multi-row INSERT's binds, by position on SQLite) puts each value
+    where its name says, whatever order the names come in."""
+    rows = 3
+    add = Prepared(
+        insert(sessions)
+        .values(
+            [
+                {
+                    "id": bindparam(f"id_{n}"),
+                    "source": bindparam(f"source_{n}"),
+                    "started_at": bindparam(f"at_{n}"),
+                    "last_active_at": bindparam(f"at_{n}"),
+                }
+                for n in range(rows)
+            ]
+        )
+        .returning(sessions.c.id, sessions.c.source)
+    )
+    names = [f"{c}_{n}" for c in ("source", "at", "id") for n in reversed(range(rows))]
+    values = {f"id_{n}": f"s{n}" for n in range(rows)}
+    values |= {f"source_{n}": f"src{n}" for n in range(rows)}
+    values |= {f"at_{n}": float(n) for n in range(rows)}
+    for _ in range(2):  # the second run reuses what the first worked out
+        with store.write() as conn:
+            conn.execute(text("DELETE FROM sessions"))
+            returned = add.all_in_order(conn, names, [values[name] for name in names])
+        assert sorted((r["id"], r["source"]) for r in returned) == [
+            (f"s{n}", f"src{n}") for n in range(rows)
+        ]
+        with store.read() as conn:
+            stored = conn.execute(text("SELECT id, source, started_at FROM sessions")).all()
+        assert sorted(tuple(r) for r in stored) == [
+            (f"s{n}", f"src{n}", float(n)) for n in range(rows)
+        ]

@@ -129,3 +129,65 @@ def test_a_route_made_midway_by_another_writer_sends_the_batch_one_by_one(
         (1, False),
         (2, False),
     ]
+
+
+def _key(side: str, name: str) -> str:
+    return f"agent:main:telegram:dm:{side}{name}"
+
+
+def _place(side: str, name: str) -> routes_mod.Place:
+    return routes_mod.Place("telegram", f"{side}{name}", "dm", None, f"{side}{name}")
+
+
+@pytest.mark.parametrize("claim_wake", [True, False])
+def test_a_batch_of_different_keys_bumps_as_one_by_one_would(
+    store: Store, claim_wake: bool
+) -> None:
+    """Keys all different (SQLite bumps them in one statement): the same arrivals and rows as
+    bumping each alone, whatever state its route is in."""
+    with store.write() as conn:
+        for side in "ab":  # twin routes in the same states: a is bumped as a batch, b alone
+            for name, at in (("held", 100.0), ("pending", 990.0), ("stale", 900.0)):
+                routes_mod.bump_arrival(
+                    conn, _key(side, name), _place(side, name), at, claim_wake=True
+                )
+            routes_mod.bump_arrival(
+                conn, _key(side, "gone"), _place(side, "gone"), 100.0, claim_wake=True
+            )
+            assert routes_mod.acquire_route(conn, _key(side, "held"), "w1", 100.0, 3600.0)
+            assert routes_mod.acquire_route(conn, _key(side, "gone"), "w2", 100.0, 10.0)
+    names = ["held", "pending", "stale", "new", "gone"]
+    nows = [1000.0 + n for n in range(len(names))]
+    with store.write() as conn:
+        batch = [(_key("a", n), _place("a", n), at) for n, at in zip(names, nows, strict=True)]
+        together = routes_mod.bump_arrivals(conn, batch, claim_wake=claim_wake)
+        alone = [
+            routes_mod.bump_arrival(conn, _key("b", n), _place("b", n), at, claim_wake=claim_wake)
+            for n, at in zip(names, nows, strict=True)
+        ]
+    assert together == alone
+    assert [(a.seq, a.held, a.wake_pending) for a in together] == [
+        (2, True, False),
+        (2, False, claim_wake),  # an earlier wake-up is on its way (claimed 10 s before)
+        (2, False, False),  # the earlier claim is stale: this arrival claims one
+        (1, False, False),
+        (2, False, False),  # the lease expired
+    ]
+    with store.read() as conn:
+        rows = conn.execute(select(routes).order_by(routes.c.session_key)).mappings().all()
+    sides = {
+        side: [
+            {
+                **row,
+                "session_key": row["session_key"][-len(name) :],
+                "chat_id": name,
+                "user_id": name,
+            }
+            for row in rows
+            for name in names
+            if row["session_key"] == _key(side, name)
+        ]
+        for side in "ab"
+    }
+    assert sides["a"] == sides["b"]
+    assert len(sides["a"]) == len(names)
