@@ -163,14 +163,17 @@ def _ordered(
         cursor = int(rows[-1][0])
 
 
-def _df_estimate(db: sqlite3.Connection, table: str, expr: str, top: int) -> int:
-    """How many messages match `expr`, from how far back its newest RANK_WINDOW matches go."""
-    found, oldest, newest = db.execute(
-        f"SELECT count(*), min(rowid), max(rowid) FROM (SELECT rowid FROM {table}"
+def _df_estimate(db: sqlite3.Connection, table: str, expr: str, top: int | None) -> tuple[int, int]:
+    """(How many messages match `expr`, from how far back its newest RANK_WINDOW matches go;
+    the highest message id `top`, read in the same statement when not known yet)."""
+    ceiling = ", (SELECT coalesce(max(id), 0) FROM messages)" if top is None else ""
+    row = db.execute(
+        f"SELECT count(*), min(rowid), max(rowid){ceiling} FROM (SELECT rowid FROM {table}"
         f" WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT {RANK_WINDOW})",
         (expr,),
     ).fetchone()
-    return _from_span(int(found), oldest, newest, top)
+    top = int(row[3]) if top is None else top
+    return _from_span(int(row[0]), row[1], row[2], top), top
 
 
 def _from_window(rowids: Sequence[int], top: int) -> int:
@@ -198,11 +201,6 @@ class Weighed:
     required: bool = False  # every match holds it (a term of the top-level AND)
 
 
-def _ceiling(db: sqlite3.Connection) -> tuple[int, int]:
-    top = int(db.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
-    return top, MAX_SCORED_DF
-
-
 def _scoring(
     db: sqlite3.Connection, table: str, expr: str, terms: Sequence[Weighed]
 ) -> tuple[str | None, bool]:
@@ -214,15 +212,17 @@ def _scoring(
     FTS5's bm25 counts each phrase's matching rows over the whole index once per query, which
     costs about as much as walking the doclists of the phrase's words; a word in a large share
     of all messages makes that tens of ms, and its idf is low anyway."""
-    top, cap = _ceiling(db)
+    cap = MAX_SCORED_DF
+    top: int | None = None  # the highest message id, read with the first probe
     known: dict[str, int] = {}
 
     def cheap(term: Weighed) -> bool:
         """Whether some word of the term is in at most `cap` messages (then the phrase is
         counted along that word's doclist); stops probing at the first such word."""
+        nonlocal top
         for probe in term.probes:
             if probe not in known:
-                known[probe] = _df_estimate(db, table, probe, top)
+                known[probe], top = _df_estimate(db, table, probe, top)
             if known[probe] <= cap:
                 return True
         return False
