@@ -45,6 +45,7 @@ from shared.search.query import Query, QueryError, parse
 from shared.search.reads import Reads, Shown
 from shared.search.request import RequestError, SearchRequest
 from shared.store import lineage
+from shared.store.visibility import Viewer
 from shared.wording import plural
 
 CONVERSATION_ROLES = ("user", "assistant")
@@ -114,13 +115,20 @@ class _Picked:
 
 
 def _pick(
-    conn: Connection, backend: SearchBackend, found: Iterator[Hit], limit: int
+    conn: Connection,
+    backend: SearchBackend,
+    found: Iterator[Hit],
+    limit: int,
+    records: dict[str, SessionRecord],
+    viewer: Viewer | None,
 ) -> tuple[list[_Picked], bool]:
     """The best hit of each of the first `limit` lineages; (picks, stopped at MAX_HITS).
 
     Hits are taken in groups that end as soon as they hold as many sessions not seen yet as
     lineages are still wanted (or at HIT_GROUP hits): a backend that looks hits up lazily is
-    asked for no more than the answer needs, and lineage roots are walked for those only."""
+    asked for no more than the answer needs, and lineage roots are walked for those only.
+    The rows of those sessions (those `viewer` may see) go to `records`: the walk starts from
+    their parent_session_id and the results are made of them, one statement for both."""
     roots: dict[str, str] = {}
     picked: dict[str, _Picked] = {}
     looked = 0
@@ -138,7 +146,9 @@ def _pick(
         if not group:
             break
         looked += len(group)
-        views.lineage_roots(partial(backend.parents, conn), fresh, roots)
+        records.update(backend.sessions_by_id(conn, fresh, viewer))
+        known = {sid: records[sid].parent_session_id for sid in fresh if sid in records}
+        views.lineage_roots(partial(backend.parents, conn), fresh, roots, known)
         for hit in group:
             root = roots[hit.session_id]
             if root not in picked:
@@ -158,10 +168,12 @@ def discover(conn: Connection, backend: SearchBackend, request: SearchRequest) -
     filters = Filters(request.roles, request.source, request.current_session_id, request.viewer)
     found = backend.hits(conn, query, filters, order)
     try:
-        picks, gave_up = _pick(conn, backend, found, request.discover_limit)
+        records: dict[str, SessionRecord] = {}
+        picks, gave_up = _pick(
+            conn, backend, found, request.discover_limit, records, request.viewer
+        )
     except QueryError as exc:  # the index itself refused it: still an answer, not a crash
         return error("discover", f"cannot search for {request.query!r}: {exc}")
-    records = backend.sessions_by_id(conn, (p.hit.session_id for p in picks), request.viewer)
     picks = [pick for pick in picks if pick.hit.session_id in records]
     shown = reads_for(conn.dialect.name).shown(
         conn,
@@ -331,7 +343,8 @@ def browse(conn: Connection, backend: SearchBackend, request: SearchRequest) -> 
             offset=round_no * batch,
             viewer=request.viewer,
         )
-        views.lineage_roots(partial(backend.parents, conn), (r.id for r in rows), roots)
+        known = {r.id: r.parent_session_id for r in rows}
+        views.lineage_roots(partial(backend.parents, conn), known, roots, known)
         for record in rows[:batch]:
             if len(chosen) == want:
                 more = True

@@ -9,6 +9,7 @@ marks, turned into the driver's own (`%s` for psycopg) by each backend's `Reads`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -105,20 +106,18 @@ class Reads:
         By anchor id; an anchor that is not there is left out."""
         if not anchors:
             return {}
-        parts: list[str] = []
         params: list[object] = []
-        for at, (message_id, session_id) in enumerate(anchors):
-            parts.append(f"SELECT {at}, {_ANCHOR}, {MESSAGE_COLUMNS} FROM messages WHERE id = ?")
+        for message_id, session_id in anchors:
             params.append(message_id)
-            for part, shape in _PART.items():
-                chosen = ends if part in (_FIRST, _LAST) else roles
-                base = f"SELECT {at} AS k, {part} AS p, {MESSAGE_COLUMNS} FROM messages"
-                base += f" WHERE session_id = ? AND {_roles(chosen)}"
-                parts.append(f"SELECT * FROM ({shape.format(base=base)}) AS p{at}_{part}")
-                params.extend((session_id, *chosen))
-                params.extend((message_id, size) if part in (_EARLIER, _LATER) else (count,))
+            for part in _PART:
+                params.append(session_id)
+                if part in (_FIRST, _LAST):
+                    params.extend((*ends, count))
+                else:
+                    params.extend((*roles, message_id, size))
         found: dict[tuple[int, int], list[MessageRecord]] = {}
-        for row in self._run(conn, " UNION ALL ".join(parts), params):
+        sql = _shown_sql(len(anchors), len(roles), len(ends))
+        for row in self._run(conn, sql, params):
             found.setdefault((row[0], row[1]), []).append(MessageRecord(*row[2:]))
         out: dict[int, Shown] = {}
         for at, (message_id, _session_id) in enumerate(anchors):
@@ -209,6 +208,21 @@ class Reads:
         )
         row = self._run(conn, sql, (session_id, *roles, low, high)).fetchone()
         return 0 if row is None else int(row[0])
+
+
+@functools.lru_cache(maxsize=256)
+def _shown_sql(anchors: int, roles: int, ends: int) -> str:
+    """The statement of `Reads.shown` for that many anchors, roles and bookend roles (the same
+    text every call of a shape: built once, not per call)."""
+    parts: list[str] = []
+    for at in range(anchors):
+        parts.append(f"SELECT {at}, {_ANCHOR}, {MESSAGE_COLUMNS} FROM messages WHERE id = ?")
+        for part, shape in _PART.items():
+            chosen = ends if part in (_FIRST, _LAST) else roles
+            base = f"SELECT {at} AS k, {part} AS p, {MESSAGE_COLUMNS} FROM messages"
+            base += f" WHERE session_id = ? AND role IN ({', '.join('?' * chosen)})"
+            parts.append(f"SELECT * FROM ({shape.format(base=base)}) AS p{at}_{part}")
+    return " UNION ALL ".join(parts)
 
 
 def _by_id(message: MessageRecord) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from shared.model import MessageRecord, SessionRecord
@@ -75,9 +75,13 @@ def lineage_roots(
     parents: Callable[[Iterable[str]], dict[str, str | None]],
     session_ids: Iterable[str],
     cache: dict[str, str],
+    known: Mapping[str, str | None] | None = None,
 ) -> None:
     """Fill `cache` with each session's lineage root: parent_session_id followed to the top
-    (a missing parent, a cycle or MAX_LINEAGE_DEPTH hops end the walk)."""
+    (a missing parent, a cycle or MAX_LINEAGE_DEPTH hops end the walk). `known`: parents the
+    caller already read (session rows at hand), asked of `parents` no more; a walk where every
+    session is known and none has a parent reads nothing."""
+    known = known or {}
     parent_of: dict[str, str | None] = {}
     pending = {sid for sid in session_ids if sid not in cache}
     frontier = set(pending)
@@ -85,10 +89,11 @@ def lineage_roots(
         frontier = {sid for sid in frontier if sid not in parent_of and sid not in cache}
         if not frontier:
             break
-        found = parents(frontier)
+        asked = {sid for sid in frontier if sid not in known}
+        found = parents(asked) if asked else {}
         for sid in frontier:
-            parent_of[sid] = found.get(sid)
-        frontier = {p for p in found.values() if p is not None}
+            parent_of[sid] = known[sid] if sid in known else found.get(sid)
+        frontier = {p for sid in frontier if (p := parent_of[sid]) is not None}
     for sid in pending:
         node, seen = sid, {sid}
         while (parent := parent_of.get(node)) is not None and parent not in seen:

@@ -232,3 +232,23 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
             monkeypatch.setattr(limits, "PAIRS_BIAS", 0)
             assert ranked == _hits(store, Order.RELEVANCE, '"walrus pad"'), window
             monkeypatch.setattr(limits, "PAIRS_BIAS", bias)
+
+
+@pytest.mark.parametrize("trial", [0, 10**9])
+def test_a_phrase_tried_as_one_window_ranks_as_the_windows_do(
+    store: Store, log: Log, monkeypatch: pytest.MonkeyPatch, trial: int
+) -> None:
+    """SQLite tries a phrase with a word in at most TRIAL_DF messages as one window, oldest
+    first: whether it fits (window 150: ~113 matches, `walrus` in 170) or not (1, 3, 7: walked
+    again newest first), the hits are those of windows walked newest first."""
+    if store.dialect != "sqlite":
+        pytest.skip("SQLite's relevance windows")
+    limits = limits_of(store)
+    matches = _write(log)
+    padded = [(mid, pad) for mid, pad in matches if pad]
+    monkeypatch.setattr(limits, "TRIAL_DF", trial)
+    monkeypatch.setattr(limits, "MAX_WINDOWS", 1000)
+    for window in (1, 3, 7, 150, 256):
+        monkeypatch.setattr(limits, "RANK_WINDOW", window)
+        found = _hits(store, Order.RELEVANCE, '"walrus pad"')
+        assert found == _ranked(padded, window), window

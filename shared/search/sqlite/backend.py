@@ -48,6 +48,7 @@ import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -87,6 +88,10 @@ SCAN_ROWS = 2000  # newest trigram-indexed messages checked directly for a commo
 SCAN_CHUNK = 500
 SNIPPET_TOKENS = 16
 LOOKUP = 8  # best rows of a window whose messages are looked up first
+# A phrase with a word in at most TRIAL_DF messages mostly fits one window: tried as one, oldest
+# first (1.5 ms against 2.1 newest first, median bench phrase at 1.5M); one that does not pays
+# the walk on top. Bench phrases that filled a window had every word in >24k; ANDs: 36 of 37 not.
+TRIAL_DF = 20_000
 
 WORDS, SUBSTRINGS = "messages_fts", "messages_cjk"
 KIND = {WORDS: "words", SUBSTRINGS: "substrings"}
@@ -163,21 +168,17 @@ def _ordered(
         cursor = int(rows[-1][0])
 
 
-def _df_estimate(db: sqlite3.Connection, table: str, expr: str, top: int) -> int:
-    """How many messages match `expr`, from how far back its newest RANK_WINDOW matches go."""
-    found, oldest, newest = db.execute(
-        f"SELECT count(*), min(rowid), max(rowid) FROM (SELECT rowid FROM {table}"
+def _df_estimate(db: sqlite3.Connection, table: str, expr: str, top: int | None) -> tuple[int, int]:
+    """(How many messages match `expr`, from how far back its newest RANK_WINDOW matches go;
+    the highest message id `top`, read in the same statement when not known yet)."""
+    ceiling = ", (SELECT coalesce(max(id), 0) FROM messages)" if top is None else ""
+    row = db.execute(
+        f"SELECT count(*), min(rowid), max(rowid){ceiling} FROM (SELECT rowid FROM {table}"
         f" WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT {RANK_WINDOW})",
         (expr,),
     ).fetchone()
-    return _from_span(int(found), oldest, newest, top)
-
-
-def _from_window(rowids: Sequence[int], top: int) -> int:
-    """The estimate from a window's rowids, newest first."""
-    return _from_span(
-        len(rowids), rowids[-1] if rowids else None, rowids[0] if rowids else None, top
-    )
+    top = int(row[3]) if top is None else top
+    return _from_span(int(row[0]), row[1], row[2], top), top
 
 
 def _from_span(found: int, oldest: int | None, newest: int | None, top: int) -> int:
@@ -198,46 +199,48 @@ class Weighed:
     required: bool = False  # every match holds it (a term of the top-level AND)
 
 
-def _ceiling(db: sqlite3.Connection) -> tuple[int, int]:
-    top = int(db.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
-    return top, MAX_SCORED_DF
-
-
 def _scoring(
     db: sqlite3.Connection, table: str, expr: str, terms: Sequence[Weighed]
-) -> tuple[str | None, bool]:
-    """(The expression to rank with, whether all matches fit in one window). The expression is
-    `expr` itself when every term may be weighed, else the OR of the positive terms that may
-    (None: none may, rank newest first). All matches fit in one window when a term every match
-    holds was found in fewer than RANK_WINDOW messages (its probe counted them all).
+) -> tuple[str | None, int | None]:
+    """(The expression to rank with, the fewest messages a probe of a term every match holds
+    found: a bound on the matches, None when no such probe ran). The expression is `expr`
+    itself when every term may be weighed, else the OR of the positive terms that may (None:
+    none may, rank newest first). Under RANK_WINDOW, the probe counted them all: all matches
+    fit in one window.
 
     FTS5's bm25 counts each phrase's matching rows over the whole index once per query, which
     costs about as much as walking the doclists of the phrase's words; a word in a large share
     of all messages makes that tens of ms, and its idf is low anyway."""
-    top, cap = _ceiling(db)
+    cap = MAX_SCORED_DF
+    top: int | None = None  # the highest message id, read with the first probe
     known: dict[str, int] = {}
 
     def cheap(term: Weighed) -> bool:
         """Whether some word of the term is in at most `cap` messages (then the phrase is
         counted along that word's doclist); stops probing at the first such word."""
+        nonlocal top
         for probe in term.probes:
             if probe not in known:
-                known[probe] = _df_estimate(db, table, probe, top)
+                known[probe], top = _df_estimate(db, table, probe, top)
             if known[probe] <= cap:
                 return True
         return False
 
     kept = [term for term in terms if cheap(term)]
-    fits = any(
-        known.get(probe, RANK_WINDOW) < RANK_WINDOW
-        for term in terms
-        if term.required
-        for probe in term.probes
+    least = min(
+        (
+            known[probe]
+            for term in terms
+            if term.required
+            for probe in term.probes
+            if probe in known
+        ),
+        default=None,
     )
     if terms and len(kept) == len(terms):
-        return expr, fits
+        return expr, least
     positive = [term.expr for term in kept if term.positive]
-    return ("(" + " OR ".join(positive) + ")" if positive else None), fits
+    return ("(" + " OR ".join(positive) + ")" if positive else None), least
 
 
 def _ranked(
@@ -258,25 +261,34 @@ def _ranked(
     time (`_kept`), as the caller takes hits: joining every match of the window to its message
     cost 1-3 ms a window at 1.5M messages, and a search mostly needs the best few."""
     lone = len(terms) == 1 and terms[0].probes == (expr,)
-    scoring, fits = (None, False) if lone else _scoring(db, table, expr, terms)
+    scoring, least = (None, None) if lone else _scoring(db, table, expr, terms)
+    fits = least is not None and least < RANK_WINDOW
+    score = f"bm25({table})" if scoring == expr and not lone else "0.0"
+    first: list[Any] | None = None
+    phrase = len(terms) == 1 and len(terms[0].probes) > 1
+    if phrase and not fits and scoring == expr and least is not None and least <= TRIAL_DF:
+        # Likely all in one window (TRIAL_DF): walked oldest first, one row past it tells
+        sql = _window_sql(table, score, "", plain, False, "", RANK_WINDOW + 1)
+        first = db.execute(sql, (expr,)).fetchall()
+        fits = len(first) <= RANK_WINDOW
     # All in one window: walked oldest first, which FTS5 does faster (0.5-1 ms on a phrase)
     direction = "" if fits else " DESC"
     upper: int | None = None
     for window in range(MAX_WINDOWS):
-        params: list[object] = [expr]
-        bound = _past(Order.NEWEST, upper, "f.rowid", params)
-        score = f"bm25({table})" if scoring == expr and not lone else "0.0"
-        ceiling = ", (SELECT coalesce(max(id), 0) FROM messages)" if lone and window == 0 else ""
-        rows = db.execute(
-            f"SELECT f.rowid, {score}{ceiling} FROM {table} AS f WHERE {table} MATCH ?{bound}"
-            f"{_plain(plain, 'f.rowid')} ORDER BY f.rowid{direction} LIMIT {RANK_WINDOW}",
-            params,
-        ).fetchall()
+        if window == 0 and fits and first is not None:
+            rows = first
+        else:
+            params: list[object] = [expr]
+            bound = _past(Order.NEWEST, upper, "f.rowid", params)
+            ceiling = lone and window == 0
+            sql = _window_sql(table, score, bound, plain, ceiling, direction, RANK_WINDOW)
+            rows = db.execute(sql, params).fetchall()
         if fits:
             rows.reverse()
         if lone and window == 0:
             top = int(rows[0][2]) if rows else 0
-            common = _from_window([int(r[0]) for r in rows], top) > MAX_SCORED_DF
+            oldest, newest = (int(rows[-1][0]), int(rows[0][0])) if rows else (None, None)
+            common = _from_span(len(rows), oldest, newest, top) > MAX_SCORED_DF
             scoring = None if common else expr
         scores = {int(r[0]): float(r[1]) for r in rows}
         if rows and scoring is not None and (lone or scoring != expr):
@@ -286,6 +298,17 @@ def _ranked(
         if len(rows) < RANK_WINDOW:
             return
         upper = int(rows[-1][0])
+
+
+def _window_sql(
+    table: str, score: str, bound: str, plain: bool, ceiling: bool, direction: str, limit: int
+) -> str:
+    """A window of `_ranked`: rowids (and `score`) of the matches in rowid order."""
+    top = ", (SELECT coalesce(max(id), 0) FROM messages)" if ceiling else ""
+    return (
+        f"SELECT f.rowid, {score}{top} FROM {table} AS f WHERE {table} MATCH ?{bound}"
+        f"{_plain(plain, 'f.rowid')} ORDER BY f.rowid{direction} LIMIT {limit}"
+    )
 
 
 def _kept(
