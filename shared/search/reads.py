@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from shared.model import MessageRecord, SessionRecord
+from shared.search.backend import Filters
 from shared.store.visibility import Viewer
 
 MESSAGE_COLUMNS = (
@@ -75,6 +76,24 @@ class Reads:
 
     def marks(self, values: Sequence[object]) -> str:
         return ", ".join(self._mark for _ in values)
+
+    def filter_sql(self, filters: Filters, params: list[object]) -> tuple[str, str]:
+        """(JOIN clause, WHERE conditions) on messages `m` for roles, source, the excluded
+        session and the viewer; their values appended to `params`."""
+        where = f" AND m.role IN ({self.marks(filters.roles)})"
+        params.extend(filters.roles)
+        join = ""
+        if filters.exclude_session_id is not None:
+            where += f" AND m.session_id != {self._mark}"
+            params.append(filters.exclude_session_id)
+        if filters.source is not None:
+            where += f" AND s.source = {self._mark}"
+            params.append(filters.source)
+        reached = self._visible(filters.viewer, "s", params)
+        where += reached
+        if filters.source is not None or reached:
+            join = " JOIN sessions AS s ON s.id = m.session_id"
+        return join, where
 
     def message(self, conn: Connection, message_id: int) -> MessageRecord | None:
         sql = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"

@@ -58,6 +58,7 @@ around = READS.around
 ends = READS.ends
 sessions_by_id = READS.sessions_by_id
 parents = READS.parents
+filter_sql = READS.filter_sql
 recent_sessions = READS.recent_sessions
 first_text = READS.first_text
 count_between = READS.count_between

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from shared.search.backend import Filters, Hit, Order
 from shared.search.postgresql import ddl, limits
 from shared.search.postgresql.compiler import PIECE, compile_substrings, fold, predicate
+from shared.search.postgresql.rows import filter_sql as _filter_sql
 from shared.search.postgresql.windows import DB
 from shared.search.postgresql.windows import direction as _direction
 from shared.search.postgresql.windows import edge_clause as _edge
-from shared.search.postgresql.windows import filter_sql as _filter_sql
 from shared.search.postgresql.windows import index_only as _index_only
 from shared.search.postgresql.windows import past_clause as _past
 from shared.search.postgresql.windows import walk as _walk

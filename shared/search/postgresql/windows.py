@@ -12,30 +12,10 @@ from typing import Any
 
 import psycopg
 
-from shared.search.backend import Filters, Order
+from shared.search.backend import Order
 from shared.search.postgresql import ddl, limits
-from shared.search.postgresql.rows import marks as _marks
-from shared.search.postgresql.rows import visible as _visible
 
 DB = psycopg.Connection[Any]
-
-
-def filter_sql(filters: Filters, params: list[object]) -> tuple[str, str]:
-    """(JOIN clause, WHERE conditions) for roles, source, the excluded session and the viewer."""
-    where = f" AND m.role IN ({_marks(filters.roles)})"
-    params.extend(filters.roles)
-    join = ""
-    if filters.exclude_session_id is not None:
-        where += " AND m.session_id != %s"
-        params.append(filters.exclude_session_id)
-    if filters.source is not None:
-        where += " AND s.source = %s"
-        params.append(filters.source)
-    reached = _visible(filters.viewer, "s", params)
-    where += reached
-    if filters.source is not None or reached:
-        join = " JOIN sessions AS s ON s.id = m.session_id"
-    return join, where
 
 
 def past_clause(

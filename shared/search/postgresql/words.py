@@ -12,11 +12,11 @@ from typing import Any
 from shared.search.backend import Filters, Hit, Order
 from shared.search.postgresql import ddl, limits
 from shared.search.postgresql.compiler import compile_pairs
+from shared.search.postgresql.rows import filter_sql as _filter_sql
 from shared.search.postgresql.windows import DB
 from shared.search.postgresql.windows import beyond as _beyond
 from shared.search.postgresql.windows import direction as _direction
 from shared.search.postgresql.windows import edge_clause as _edge
-from shared.search.postgresql.windows import filter_sql as _filter_sql
 from shared.search.postgresql.windows import id_range as _id_range
 from shared.search.postgresql.windows import index_only as _index_only
 from shared.search.postgresql.windows import key_walk as _key_walk

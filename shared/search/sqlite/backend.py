@@ -70,13 +70,13 @@ from shared.search.sqlite.rows import around as around
 from shared.search.sqlite.rows import count_between as count_between
 from shared.search.sqlite.rows import db_of as _db
 from shared.search.sqlite.rows import ends as ends
+from shared.search.sqlite.rows import filter_sql as _filter_sql
 from shared.search.sqlite.rows import first_text as first_text
 from shared.search.sqlite.rows import marks as _marks
 from shared.search.sqlite.rows import message as message
 from shared.search.sqlite.rows import parents as parents
 from shared.search.sqlite.rows import recent_sessions as recent_sessions
 from shared.search.sqlite.rows import sessions_by_id as sessions_by_id
-from shared.search.sqlite.rows import visible as _visible
 from shared.search.views import ELLIPSIS, MARK_CLOSE, MARK_OPEN
 
 RANK_WINDOW = 256  # matches ranked by bm25 at a time
@@ -96,24 +96,6 @@ TRIAL_DF = 20_000
 WORDS, SUBSTRINGS = "messages_fts", "messages_cjk"
 KIND = {WORDS: "words", SUBSTRINGS: "substrings"}
 WORD = re.compile(r"\w+")
-
-
-def _filter_sql(filters: Filters, params: list[object]) -> tuple[str, str]:
-    """(JOIN clause, WHERE conditions) for roles, source, the excluded session and the viewer."""
-    where = f" AND m.role IN ({_marks(filters.roles)})"
-    params.extend(filters.roles)
-    join = ""
-    if filters.exclude_session_id is not None:
-        where += " AND m.session_id != ?"
-        params.append(filters.exclude_session_id)
-    if filters.source is not None:
-        where += " AND s.source = ?"
-        params.append(filters.source)
-    reached = _visible(filters.viewer, "s", params)
-    where += reached
-    if filters.source is not None or reached:
-        join = " JOIN sessions AS s ON s.id = m.session_id"
-    return join, where
 
 
 def _past(order: Order, cursor: int | None, column: str, params: list[object]) -> str:
