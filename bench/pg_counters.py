@@ -11,7 +11,7 @@ Builds a store in a database of its own beside the given one (dropped at the end
   dropped (the same noise falls on both);
 - parallel appends: `--threads` writers, each into sessions of its own, all of one source
   (what one hot per-source counter row would serialise): appends/s against one writer;
-- `sessions.stats` and `sessions.count_sessions` (sessions summed by source; p50 / max).
+- `session_listing.stats` and `.count_sessions` (sessions summed by source; p50 / max).
 
 The last line printed is one JSON object.
 """
@@ -37,6 +37,7 @@ from bench.common import log, percentiles
 from shared.db import postgresql
 from shared.db.engine import Store, open_store
 from shared.store import messages as message_rows
+from shared.store import session_listing
 from shared.store import sessions as session_rows
 
 FULL = (20_000, 1_000_000)
@@ -124,8 +125,10 @@ def reads(store: Store, repeats: int) -> dict[str, Any]:
         return percentiles(spent)
 
     return {
-        "stats": timed(session_rows.stats),
-        "count_sessions": timed(lambda conn: session_rows.count_sessions(conn, source="telegram")),
+        "stats": timed(session_listing.stats),
+        "count_sessions": timed(
+            lambda conn: session_listing.count_sessions(conn, source="telegram")
+        ),
     }
 
 

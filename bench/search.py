@@ -41,7 +41,7 @@ from bench.common import quantile
 from bench.corpus import build_store, vocabulary
 from shared.db import Store, open_store
 from shared.search.tool import run
-from shared.store import sessions as session_rows
+from shared.store import session_listing
 from shared.unsegmented import char_class
 
 FULL = {"sessions": 21_000, "messages": 1_500_000}
@@ -226,7 +226,7 @@ def _ours_call(store: Store, name: str, args: dict[str, Any]) -> Callable[[], An
 
         def page() -> dict[str, Any]:
             with store.read() as conn:
-                rows, _more = session_rows.list_sessions(conn, limit=20, offset=args["offset"])
+                rows, _more = session_listing.list_sessions(conn, limit=20, offset=args["offset"])
             return {"sessions": rows}
 
         return page

@@ -12,7 +12,7 @@ uses:
   rows, no FTS5 and no counter triggers), so the overhead of our indexing is a ratio measured
   under the same noise. Then as many appends again beside a process that checkpoints the WAL
   (PASSIVE, every 100 ms), the way a maintenance loop would: `fleet_append_*`;
-- `sessions.list_sessions` (newest activity first) and `sessions.stats`, each against the plain
+- `session_listing.list_sessions` (newest activity first) and `.stats`, each against the plain
   alternative (aggregate over `messages`), which is what a store without the kept column,
   index and counters has to do;
 - export: `portability.export_sessions` + `encode_line` to a JSONL file, as
@@ -54,7 +54,7 @@ from shared.db import migrate, schema
 from shared.db import sqlite as store_sqlite
 from shared.db.engine import Store, connect, open_store
 from shared.db.schema import metadata
-from shared.store.sessions import list_sessions, stats
+from shared.store.session_listing import list_sessions, stats
 
 TARGETS = {
     "append_p99_ms": 5.0,
@@ -428,7 +428,7 @@ def on_postgres(args: argparse.Namespace, path: Path, workdir: Path) -> dict[str
         result["copy_seconds"] = round(seconds, 1)
         with store.read() as conn:
             session_ids = [r[0] for r in conn.exec_driver_sql("SELECT id FROM sessions")]
-            # PostgreSQL keeps no source_stats rows (shared.store.sessions.stats sums these)
+            # PostgreSQL keeps no source_stats rows (shared.store.session_listing.stats sums these)
             messages, sessions = conn.exec_driver_sql(
                 "SELECT SUM(message_count), COUNT(*) FROM sessions"
             ).one()

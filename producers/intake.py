@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 from shared.commands import Command, parse_command
 from shared.db import Connection, Store
-from shared.pipeline import inbox, routes
+from shared.pipeline import inbox, route_sessions, routes
 from shared.platforms import DM
 from shared.ports import Clock, Waker
 from shared.session_key import SessionKey, derive_session_key, room_key
@@ -103,7 +103,7 @@ def in_shared_room(conn: Connection, item: Checked) -> SessionKey:
     if key.shared or turn.chat_type == DM or not turn.user_id:
         return key
     room = room_key(key.key, turn.user_id)
-    if room is not None and routes.shared_room(conn, room):
+    if room is not None and route_sessions.shared_room(conn, room):
         return SessionKey(room, shared=True)
     return key
 

@@ -12,7 +12,7 @@ from shared.db import Connection
 from shared.db.errors import TitleInUse
 from shared.ids import CLI_HEX, looks_like_session_id
 from shared.model import MessageRecord, SessionRecord
-from shared.pipeline import inbox, leases, routes
+from shared.pipeline import inbox, leases, route_sessions, routes
 from shared.platforms import CLI, gateway_platforms
 from shared.store import messages, usage
 from shared.store import sessions as session_rows
@@ -104,7 +104,7 @@ def session_context(conn: Connection, session_id: str) -> tuple[SessionRecord, l
 def _flush_still_wanted(conn: Connection, turn: inbox.TurnRow) -> bool:
     """A reset's memory turn runs only in the live session it was queued for."""
     session_id = turn.flush_session_id
-    if session_id is None or routes.route_session_id(conn, turn.session_key) != session_id:
+    if session_id is None or route_sessions.route_session_id(conn, turn.session_key) != session_id:
         return False
     record = session_rows.get_session(conn, session_id)
     return record is not None and record.ended_at is None
@@ -124,9 +124,9 @@ def current_session(
 ) -> str:
     """The key's live session, created on first need (the lease makes this single-flight).
     A terminal's session that was left still takes the turns sent to it (`resume`). `route`:
-    the key's `routes.session_state` if this transaction has read it already."""
+    the key's `route_sessions.session_state` if this transaction has read it already."""
     if route is None:
-        route = routes.session_state(conn, turn.session_key)
+        route = route_sessions.session_state(conn, turn.session_key)
     assert route is not None  # the turn's arrival made the route row
     live = route["live_id"]
     if live is not None and (
@@ -161,7 +161,7 @@ def current_session(
         session_rows.create_session(
             conn, session_id=session_id, source=turn.platform, now=now, **columns
         )
-    routes.attach(conn, turn.session_key, session_id, now)
+    route_sessions.attach(conn, turn.session_key, session_id, now)
     return session_id
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import psutil
 
 from shared.db import Store
-from shared.pipeline import inbox, outbox, routes
+from shared.pipeline import inbox, outbox, route_sessions, routes
 from shared.platforms import DM
 from shared.ports import Clock
 from shared.session_key import SessionKey, key_part, room_key
@@ -116,7 +116,9 @@ def _deliver(rt: Runtime, request: handoffs.Handoff) -> str | None:
     unsent = [r for r in replies if r.status == outbox.FAILED]
     if unsent:  # give the key back, so the terminal's retry starts from where it was
         with rt.store.write() as conn:
-            routes.unbind_route(conn, bound.key, request.session_id, bound.previous, rt.clock())
+            route_sessions.unbind_route(
+                conn, bound.key, request.session_id, bound.previous, rt.clock()
+            )
         return f"{platform} refused the summary: {unsent[0].error or 'unknown error'}"
     if turn is not None and turn.status in (inbox.FAILED, inbox.DEAD):
         log.warning("handoff %s: the summary turn failed: %s", request.id, turn.error)
@@ -151,10 +153,10 @@ def _bind(rt: Runtime, request: handoffs.Handoff, home: chats.HomeChannel, key: 
     )
     with rt.store.write() as conn:
         now = rt.clock()
-        previous = routes.route_session_id(conn, target)
-        routes.bind_route(conn, target, request.session_id, place, now)
+        previous = route_sessions.route_session_id(conn, target)
+        route_sessions.bind_route(conn, target, request.session_id, place, now)
         if room is not None:
-            routes.share_room(conn, room, request.id)
+            route_sessions.share_room(conn, room, request.id)
         handoffs.set_target(conn, request.id, home.chat_id, home.thread_id, target)
         shared = home.chat_type != DM and not target.endswith(f":{key_part(home.user_id or '')}")
         summary = inbox.record_turn(conn, probe, SessionKey(target, shared=shared), now=now)

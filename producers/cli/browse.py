@@ -12,7 +12,7 @@ from rich.cells import cell_len
 from producers.cli.app import App, fail, is_terminal, pass_app
 from producers.cli.render import NO_VALUE, crop, relative_time
 from shared.db.engine import guarded
-from shared.store import sessions as session_rows
+from shared.store import session_listing
 
 BROWSE_LIMIT = 2_000
 WHEN_CELLS = 10
@@ -27,7 +27,7 @@ class Entry:
     haystack: str
 
 
-def entries(rows: Sequence[session_rows.SessionListing], now: float) -> list[Entry]:
+def entries(rows: Sequence[session_listing.SessionListing], now: float) -> list[Entry]:
     found = []
     for row in rows:
         record = row.record
@@ -141,12 +141,12 @@ def pick(candidates: Sequence[Entry]) -> str | None:
     return picker.run()
 
 
-def _recent(app: App) -> list[session_rows.SessionListing]:
+def _recent(app: App) -> list[session_listing.SessionListing]:
     store = app.store()
 
-    def read() -> list[session_rows.SessionListing]:
+    def read() -> list[session_listing.SessionListing]:
         with store.read() as conn:
-            return session_rows.list_sessions(conn, limit=BROWSE_LIMIT)[0]
+            return session_listing.list_sessions(conn, limit=BROWSE_LIMIT)[0]
 
     return guarded(store, read)
 

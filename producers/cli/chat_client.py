@@ -36,7 +36,7 @@ from shared.ids import new_session_id
 from shared.live import LiveEvent, decode
 from shared.media_objects import MediaObjects
 from shared.model import MessageRecord, SessionRecord
-from shared.pipeline import inbox, outbox, routes
+from shared.pipeline import inbox, outbox, route_sessions, routes
 from shared.platforms import CLI, DM
 from shared.ports import Waker
 from shared.settings import Settings
@@ -167,7 +167,7 @@ class TerminalChat:
         with self.store.write() as conn:
             reopen_session(conn, session.id)
             place = routes.Place(CLI, chat_id, DM, user_id=LOCAL_USER)
-            routes.bind_route(conn, self.key, session.id, place, self.clock())
+            route_sessions.bind_route(conn, self.key, session.id, place, self.clock())
             return session_rows.require_session(conn, session.id)
 
     def leave(self) -> str:
@@ -184,7 +184,7 @@ class TerminalChat:
 
     def session_id(self) -> str | None:
         with self.store.read() as conn:
-            return routes.route_session_id(conn, self.key)
+            return route_sessions.route_session_id(conn, self.key)
 
     def session(self) -> SessionRecord | None:
         session_id = self.session_id()

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from shared.store.sessions import SessionListing
+from shared.store.session_listing import SessionListing
 
 MINUTE = 60
 HOUR = 60 * MINUTE

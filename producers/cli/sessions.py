@@ -13,7 +13,7 @@ from producers.cli.sessions_io import export_cmd, import_cmd
 from producers.cli.space import file_sizes
 from shared import legacy_media
 from shared.db import SessionNotFound
-from shared.store import lineage, media
+from shared.store import lineage, media, session_listing
 from shared.store import reclaim as reclaim_store
 from shared.store import sessions as session_rows
 from shared.titles import TitleSource
@@ -40,8 +40,8 @@ def sessions() -> None:
 def list_cmd(app: App, source: str | None, limit: int) -> None:
     """Sessions, most recently active first."""
     with app.store().read() as conn:
-        rows, more = session_rows.list_sessions(conn, source=source, limit=limit)
-        total = session_rows.count_sessions(conn, source=source) if more else len(rows)
+        rows, more = session_listing.list_sessions(conn, source=source, limit=limit)
+        total = session_listing.count_sessions(conn, source=source) if more else len(rows)
     if not rows:
         click.echo(f"No sessions from {source} yet." if source else "No sessions yet.")
         return
@@ -100,7 +100,7 @@ def stats_cmd(app: App) -> None:
     """Session and message counts, sessions per source, and the size of state.db."""
     store = app.store()
     with store.read() as conn:
-        totals = session_rows.stats(conn)
+        totals = session_listing.stats(conn)
     click.echo(f"Total sessions: {totals.sessions}")  # the guide's lines, numbers as they are
     click.echo(f"Total messages: {totals.messages}")
     for source, count, _messages in totals.by_source:

@@ -136,7 +136,7 @@ routes = Table(
     Column("wake_sent_at", Float),
     Column("wake_seq", Integer),
     # The handoff that made this room key shared by everyone in the room, while the route
-    # holds a session (revision 0015; see shared/pipeline/routes.py `shared_room`).
+    # holds a session (revision 0015; see shared/pipeline/route_sessions.py `shared_room`).
     Column("shared_by_handoff", Integer),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),

@@ -20,7 +20,7 @@ from shared.db.prepared import Prepared
 from shared.db.schema import inbox
 from shared.db.schema import routes as routes_table
 from shared.model import MessageRecord
-from shared.pipeline import routes
+from shared.pipeline import route_sessions, routes
 from shared.pipeline.inbox_report import InboxSummary as InboxSummary
 from shared.pipeline.inbox_report import OpenTurns as OpenTurns
 from shared.pipeline.inbox_report import cancelled_before as cancelled_before
@@ -87,18 +87,19 @@ _NEXT_OPEN = Prepared(
     .order_by(inbox.c.seq)
     .limit(1)
 )
-# PostgreSQL: the next open turn with its route's session state (`routes.session_state`), read
-# together: the drain needs both to claim it, and each is a round trip there.
+# PostgreSQL: the next open turn with its route's session state
+# (`route_sessions.session_state`), read together: the drain needs both to claim it, and each is
+# a round trip there.
 _NEXT_OPEN_WITH_ROUTE = (
     select(
         inbox,
         routes_table.c.session_key.label("route_key"),
-        *routes.SESSION_STATE_COLUMNS,
+        *route_sessions.SESSION_STATE_COLUMNS,
         *LIVE_SESSION_COLUMNS,
     )
     .select_from(
         inbox.outerjoin(
-            routes.SESSION_STATE_FROM, routes_table.c.session_key == inbox.c.session_key
+            route_sessions.SESSION_STATE_FROM, routes_table.c.session_key == inbox.c.session_key
         )
     )
     .where(inbox.c.session_key == bindparam("b_key"), IS_OPEN)
@@ -403,7 +404,8 @@ NextTurn = tuple[TurnRow | None, Mapping[str, Any] | None]
 
 
 def next_turn_and_route(conn: Connection, key: str) -> NextTurn:
-    """`next_open_turn`, and on PostgreSQL the route's `routes.session_state` read with it."""
+    """`next_open_turn`, and on PostgreSQL the route's `route_sessions.session_state` read
+    with it."""
     if conn.dialect.name != "postgresql":
         return next_open_turn(conn, key), None
     return _turn_and_route(_NEXT_OPEN_WITH_ROUTE_PREPARED.first(conn, {"b_key": key}))

@@ -87,7 +87,7 @@ _LIVE_FIELDS = tuple(c.element for c in LIVE_SESSION_COLUMNS)
 
 
 def live_session(state: Mapping[str, Any]) -> SessionRecord | None:
-    """The route's session as a row read with `routes.SESSION_STATE_COLUMNS` and
+    """The route's session as a row read with `route_sessions.SESSION_STATE_COLUMNS` and
     `LIVE_SESSION_COLUMNS` holds it (None when the route points at none)."""
     if state["live_id"] is None:
         return None

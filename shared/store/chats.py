@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 from shared.db.meta import get_meta, set_meta
 from shared.pipeline import inbox as inbox_rows
 from shared.pipeline import outbox as outbox_rows
-from shared.pipeline import routes as route_rows
+from shared.pipeline import route_sessions
 from shared.store import sessions as session_rows
 
 HOME_PREFIX = "home_channel."
@@ -127,11 +127,11 @@ def migrate_chat(conn: Connection, platform: str, old: str, new: str, now: float
     if old == new:
         return Migration(0, 0, 0, 0, home_moved=False)
     moved_routes = 0
-    for route in route_rows.routes_of_chat(conn, platform, old):
+    for route in route_sessions.routes_of_chat(conn, platform, old):
         new_key = _swap_chat_segment(route.session_key, _key_part(old), _key_part(new))
         if new_key == route.session_key:
             continue
-        route_rows.move_to_chat(conn, route, platform, new, new_key, now)
+        route_sessions.move_to_chat(conn, route, platform, new, new_key, now)
         if route.session_id is not None:
             session_rows.move_to_chat(conn, route.session_id, new, new_key)
         moved_routes += 1

@@ -8,8 +8,7 @@ from sqlalchemy import Connection, select
 
 from shared.db.schema import inbox as inbox_table
 from shared.db.schema import routes, sessions
-from shared.pipeline import inbox, outbox
-from shared.pipeline import routes as route_rows
+from shared.pipeline import inbox, outbox, route_sessions
 from shared.platforms import GATEWAY_PLATFORMS
 from shared.session_key import SessionKey
 from shared.store import sessions as session_rows
@@ -112,7 +111,7 @@ def end_for_reset(
     """End the session, detach it from its key and queue the notice; False if it moved on."""
     if not session_rows.end_session(conn, candidate.session_id, reason, now):
         return False
-    route_rows.detach_session(conn, candidate.session_key, candidate.session_id, now)
+    route_sessions.detach_session(conn, candidate.session_key, candidate.session_id, now)
     if notice:
         outbox.add(
             conn,

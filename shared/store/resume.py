@@ -21,7 +21,7 @@ from sqlalchemy import Connection, or_, select
 from shared.db.schema import sessions
 from shared.model import SessionRecord
 from shared.pipeline.inbox import has_open_turns
-from shared.pipeline.routes import route_session_id
+from shared.pipeline.route_sessions import route_session_id
 from shared.platforms import CLI
 from shared.store.sessions import (
     COMPRESSION,

@@ -17,7 +17,7 @@ from producers.intake import accept
 from shared.db import Store
 from shared.db.schema import inbox as inbox_table
 from shared.pipeline import inbox, outbox
-from shared.pipeline.routes import route_session_id
+from shared.pipeline.route_sessions import route_session_id
 from shared.settings import Settings, load_settings
 from shared.store import memory as memory_rows
 from shared.store import messages

@@ -9,9 +9,10 @@ import pytest
 from producers.intake import accept
 from shared.db import Store
 from shared.pipeline import outbox
-from shared.pipeline.routes import route_session_id
+from shared.pipeline.route_sessions import route_session_id
 from shared.search import SearchRequest, search
 from shared.settings import Settings
+from shared.store import session_listing
 from shared.store import sessions as session_rows
 from shared.store.messages import append_message, transcript
 from shared.store.resume import leave_terminal
@@ -157,7 +158,7 @@ def test_repeated_new_leaves_no_empty_sessions_behind(settings: Settings, store:
             assert say(rt, n, "c1", "/new") == "Started a new session."
         say(rt, 6, "c1", "the next conversation")
         with rt.store.read() as conn:
-            listed, _ = session_rows.list_sessions(conn)
+            listed, _ = session_listing.list_sessions(conn)
         assert sorted(row.record.message_count for row in listed) == [2, 2]
         if store.dialect != "sqlite":
             pytest.skip("search on PostgreSQL: pgsearch branch")
@@ -216,7 +217,7 @@ def test_leaving_a_terminal_that_only_ran_commands_keeps_nothing(
         assert _session_of(rt, "c1") is not None
         with store.write() as conn:
             assert leave_terminal(conn, "agent:main:cli:dm:c1", time.time()) == "dropped"
-            assert session_rows.count_sessions(conn) == 0
+            assert session_listing.count_sessions(conn) == 0
         tg = {"platform": "telegram", "user_id": "alice"}
         say(rt, 2, "d1", "hello there", **tg)  # a platform's session is not the terminal's
         with store.write() as conn:

@@ -11,7 +11,7 @@ import pytest
 from producers.intake import accept
 from shared.db import Store
 from shared.pipeline import outbox
-from shared.pipeline.routes import route_session_id
+from shared.pipeline.route_sessions import route_session_id
 from shared.settings import load_settings
 from shared.store import messages
 from shared.store import sessions as session_rows

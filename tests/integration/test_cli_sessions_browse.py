@@ -17,7 +17,7 @@ import pytest
 from producers.cli.browse import Selection, entries, matching
 from shared.db import Store
 from shared.settings import Settings
-from shared.store.sessions import list_sessions
+from shared.store.session_listing import list_sessions
 from tests.integration.test_cli_sessions_support import (
     HERMES,
     NOW,

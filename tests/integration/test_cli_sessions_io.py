@@ -12,7 +12,8 @@ from shared.db import SessionNotFound, Store, open_store
 from shared.db.schema import sessions
 from shared.settings import Settings, load_settings
 from shared.store.messages import transcript
-from shared.store.sessions import get_session, stats
+from shared.store.session_listing import stats
+from shared.store.sessions import get_session
 from shared.titles import TitleSource
 from tests.integration.test_cli_sessions_support import (
     NOW,

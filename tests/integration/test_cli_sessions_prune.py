@@ -21,7 +21,8 @@ from producers.cli.space import FULL_VACUUM_WARNING
 from shared.db import Store, open_store
 from shared.settings import Settings
 from shared.store.messages import append_message
-from shared.store.sessions import create_session, end_session, get_session, prune_batch, stats
+from shared.store.session_listing import stats
+from shared.store.sessions import create_session, end_session, get_session, prune_batch
 from tests.integration.storekit import (
     fill_in_segments,
     fts_integrity_check,

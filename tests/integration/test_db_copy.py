@@ -20,7 +20,7 @@ from shared.db import Store, open_store
 from shared.db.copy import tables_to_copy
 from shared.pipeline import cron
 from shared.search import SearchRequest, search
-from shared.store import media, memory
+from shared.store import media, memory, session_listing
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
 from tests.conftest import POSTGRES_DB, service_or_skip
@@ -109,12 +109,12 @@ def dump(url: str) -> dict[str, list[tuple[Any, ...]]]:
         store.close()
 
 
-def stats_of(url: str) -> session_rows.StoreStats:
+def stats_of(url: str) -> session_listing.StoreStats:
     """What `sessions stats` reads: SQLite's trigger-kept source_stats, PostgreSQL's sums."""
     store = open_store(url)
     try:
         with store.read() as conn:
-            return session_rows.stats(conn)
+            return session_listing.stats(conn)
     finally:
         store.close()
 

@@ -28,6 +28,7 @@ from shared.db import Store
 from shared.db.group_commit import GroupCommit, GroupFailed
 from shared.db.prepared import Prepared
 from shared.db.schema import sessions
+from shared.store import session_listing
 from shared.store import sessions as session_rows
 
 pytestmark = pytest.mark.both_databases
@@ -326,7 +327,7 @@ def test_a_closed_store_keeps_no_descriptor_open(tmp_path: Path) -> None:
     assert descriptors() == before
     reopened = open_store(url)
     with reopened.read() as conn:
-        assert len(session_rows.list_sessions(conn, limit=50)[0]) == 21
+        assert len(session_listing.list_sessions(conn, limit=50)[0]) == 21
     reopened.close()
 
 

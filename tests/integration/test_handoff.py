@@ -13,7 +13,7 @@ from producers.cli.chat_handoff import await_handoff
 from producers.intake import accept
 from shared.db import Store, open_store
 from shared.db.schema import routes
-from shared.pipeline import inbox, outbox
+from shared.pipeline import inbox, outbox, route_sessions
 from shared.settings import Settings, load_settings
 from shared.store import chats, handoffs
 from shared.turns import InboundTurn
@@ -244,7 +244,7 @@ def test_refusals_without_a_home_channel_and_while_a_reply_is_generated(
             from shared.pipeline import routes as route_rows
 
             place = route_rows.Place("telegram", "555", "dm", None, "555")
-            route_rows.bind_route(conn, key.key, session_id, place, time.time())
+            route_sessions.bind_route(conn, key.key, session_id, place, time.time())
             busy = inbox.record_turn(conn, other, key, now=time.time())
             inbox.mark_running(conn, busy.turn_id, session_id, time.time())
         assert _say(rt, 3, "/handoff telegram") == [

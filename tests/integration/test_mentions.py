@@ -9,10 +9,10 @@ import pytest
 
 from producers.intake import accept
 from shared.db import Store
-from shared.pipeline.routes import route_session_id
+from shared.pipeline.route_sessions import route_session_id
 from shared.search import SearchRequest, search
 from shared.settings import Settings
-from shared.store import messages
+from shared.store import messages, session_listing
 from shared.store import sessions as session_rows
 from tests.pipeline_helpers import make_runtime, turn
 from workers.drain import drain
@@ -44,7 +44,7 @@ def said(store: Store) -> Store:
 
 def test_list_previews_leave_mentions_out(said: Store) -> None:
     with said.read() as conn:
-        listed, _ = session_rows.list_sessions(conn)
+        listed, _ = session_listing.list_sessions(conn)
     assert {row.record.id: row.preview for row in listed} == SHOWN
 
 

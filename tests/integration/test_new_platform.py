@@ -38,7 +38,7 @@ from shared.platforms.descriptor import Platform, Route
 from shared.redact import secrets_of
 from shared.sdks import configured_platforms
 from shared.settings import PlatformSettings, Settings, SettingsError, load_settings
-from shared.store import sessions
+from shared.store import session_listing
 from shared.turns import InboundTurn
 from tests.fakes.server import Served
 from tests.fakes.stack import redis_db_url, wait_for
@@ -257,5 +257,5 @@ def test_a_platform_defined_here_gets_its_webhook_answered_through_the_real_pipe
     assert len(fake.messages) > 1  # the reply was split to the platform's limit
     assert fake.authorization == {f"Bearer {TOKEN}"}
     with echo_store.read() as conn:
-        (found,), _ = sessions.list_sessions(conn, source=ECHO)
+        (found,), _ = session_listing.list_sessions(conn, source=ECHO)
     assert len(found.record.id.rsplit("_", 1)[1]) == 8  # a gateway session's id

@@ -15,7 +15,7 @@ from shared.db.errors import SessionNotFound
 from shared.db.schema import leases as leases_table
 from shared.db.schema import outbox as outbox_table
 from shared.db.schema import routes as routes_table
-from shared.pipeline import inbox, leases, outbox, routes
+from shared.pipeline import inbox, leases, outbox, route_sessions, routes
 from shared.pipeline.leases import Lease
 from shared.session_key import SessionKey
 from shared.settings import Settings
@@ -196,7 +196,7 @@ def test_each_turn_of_a_batch_is_given_the_history_its_predecessors_wrote(
     (key,) = keys
     assert drain(rt, key).ran == 3
     with store.read() as conn:
-        session_id = routes.route_session_id(conn, key)
+        session_id = route_sessions.route_session_id(conn, key)
         assert session_id is not None
         title = require_session(conn, session_id).title
     assert [(n, last) for n, last, _ in seen] == [

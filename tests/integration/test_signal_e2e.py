@@ -23,7 +23,7 @@ from producers.signal.receiver import SignalReceiver
 from shared.db import Store, open_store
 from shared.platforms.signal import PLATFORM
 from shared.settings import Settings, load_settings
-from shared.store import chats, sessions
+from shared.store import chats, session_listing
 from tests.fakes.background import Background
 from tests.fakes.signal_api import ACCOUNT, FakeSignalDaemon, envelope
 from tests.fakes.stack import redis_db_url, wait_for
@@ -123,7 +123,7 @@ def test_dm_group_redelivery_malformed_allow_list_title_and_new(
             wait_for(lambda: len(daemon.sent(GROUP_CHAT)) >= 1, timeout=90)
             time.sleep(1.0)  # anything the redelivery or the bad items caused would show now
             with store.read() as conn:
-                found, _ = sessions.list_sessions(conn, source="signal")
+                found, _ = session_listing.list_sessions(conn, source="signal")
             events = inbox(store)
     finally:
         store.close()

@@ -21,7 +21,7 @@ from producers.intake import accept
 from shared.db import Store, open_store
 from shared.platforms.sms import PLATFORM
 from shared.settings import Settings, load_settings
-from shared.store import chats, sessions
+from shared.store import chats, session_listing
 from tests.fakes.golden import load
 from tests.fakes.server import Served
 from tests.fakes.stack import redis_db_url, wait_for
@@ -130,7 +130,7 @@ def test_a_dm_is_answered_once_title_and_new_work_and_stop_is_left_to_the_carrie
         # or the redelivery had caused would have been sent before it.
         sent = settle(twilio, 3)
         with sms_store.read() as conn:
-            found, _ = sessions.list_sessions(conn, source="sms")
+            found, _ = session_listing.list_sessions(conn, source="sms")
     assert len(sent) == 3
     assert sent[0].endswith(ECHO + "hello from my phone")
     assert sent[1:] == ["Title set to 'Trip plans'.", "Started a new session."]

@@ -16,6 +16,7 @@ from sqlalchemy import text
 from shared.db import Store, open_store
 from shared.db.migrate import HEAD
 from shared.store import messages as message_rows
+from shared.store import session_listing
 from shared.store import sessions as session_rows
 from tests.integration.storekit import counter_drift, fts_integrity_check, raw, sqlite_url
 
@@ -161,7 +162,7 @@ def test_processes_writing_at_once_never_see_locked(store: Store) -> None:
         assert session_rows.require_session(conn, "shared").message_count == workers * rounds
         assert counter_drift(conn) == []
         fts_integrity_check(conn)
-        by_source = {s: n for s, n, _ in session_rows.stats(conn).by_source}
+        by_source = {s: n for s, n, _ in session_listing.stats(conn).by_source}
     assert by_source == {"cli": 1, **{f"proc{n}": rounds // 25 for n in range(workers)}}
 
 

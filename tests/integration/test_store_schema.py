@@ -14,7 +14,7 @@ from shared.db import Store, StoreError, open_store
 from shared.db.engine import connect
 from shared.db.migrate import HEAD, alembic_config, current_revision
 from shared.db.sqlite import FTS_TOOL_OUTPUT_CAP
-from shared.store import lineage
+from shared.store import lineage, session_listing
 from shared.store import messages as message_rows
 from shared.store import sessions as session_rows
 from tests.integration.storekit import (
@@ -126,7 +126,7 @@ def test_reopening_keeps_data_and_revision(store: Store, hermes_home: Path) -> N
     again = open_store(sqlite_url(db_path(hermes_home)))
     try:
         with again.read() as conn:
-            assert len(session_rows.list_sessions(conn)[0]) == 3
+            assert len(session_listing.list_sessions(conn)[0]) == 3
             assert len(message_rows.transcript(conn, "s001")) == 4
     finally:
         again.close()
@@ -254,7 +254,7 @@ def test_older_file_is_upgraded_on_open_with_its_data(hermes_home: Path) -> None
             [message] = message_rows.transcript(conn, record.id)
             assert message.content == "ancient tapestry"
             assert fts_ids(conn, "tapestry") == {message.id}
-            assert session_rows.stats(conn).messages == 1
+            assert session_listing.stats(conn).messages == 1
     finally:
         upgraded.close()
     assert stamped(path) == HEAD
@@ -386,7 +386,7 @@ def _read_everything(url: str) -> None:
     opened = open_store(url)
     try:
         with opened.read() as conn:
-            for listing in session_rows.list_sessions(conn, limit=1000)[0]:
+            for listing in session_listing.list_sessions(conn, limit=1000)[0]:
                 message_rows.transcript(conn, listing.record.id)
             fts_ids(conn, "word3")
     finally:

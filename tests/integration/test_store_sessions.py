@@ -15,6 +15,7 @@ from shared.db.migrate import alembic_config
 from shared.db.schema import sessions
 from shared.settings import Settings
 from shared.store import messages as message_rows
+from shared.store import session_listing
 from shared.store import sessions as session_rows
 from shared.titles import MAX_TITLE_CHARS, TitleError, TitleSource
 from tests.integration.storekit import (
@@ -214,11 +215,11 @@ def test_listing_by_activity_with_source_filter_and_limit(store: Store) -> None:
         for i, source in enumerate(["cli", "telegram", "cli", "slack", "cli"]):
             new(conn, f"s{i}", now=float(i), source=source)
         message_rows.append_message(conn, "s0", "user", "  wake\n me   up  ", now=100.0)
-        rows, more = session_rows.list_sessions(conn, limit=3)
+        rows, more = session_listing.list_sessions(conn, limit=3)
         assert [r.record.id for r in rows] == ["s0", "s4", "s3"]
         assert more
         assert rows[0].preview == "wake me up"
-        rows, more = session_rows.list_sessions(conn, source="cli", limit=10)
+        rows, more = session_listing.list_sessions(conn, source="cli", limit=10)
         assert [r.record.id for r in rows] == ["s0", "s4", "s2"]
         assert not more
 
@@ -231,7 +232,7 @@ def test_deep_pages_walk_every_session_once_in_activity_order(store: Store) -> N
             new(conn, f"s{i:02d}", now=float(i // 4), source="cli" if i % 3 else "slack")
     for source in (None, "cli", "slack"):
         with store.read() as conn:
-            whole = session_rows.list_sessions(conn, source=source, limit=1000)[0]
+            whole = session_listing.list_sessions(conn, source=source, limit=1000)[0]
             expected = [r.record.id for r in whole]
             assert len(expected) == {None: 60, "cli": 40, "slack": 20}[source]
             assert expected == [
@@ -240,7 +241,9 @@ def test_deep_pages_walk_every_session_once_in_activity_order(store: Store) -> N
             ]
             walked: list[str] = []
             for offset in range(0, len(expected) + 7, 7):
-                rows, more = session_rows.list_sessions(conn, source=source, limit=7, offset=offset)
+                rows, more = session_listing.list_sessions(
+                    conn, source=source, limit=7, offset=offset
+                )
                 walked += [r.record.id for r in rows]
                 assert more == (offset + 7 < len(expected))
         assert walked == expected
@@ -325,7 +328,7 @@ def test_counters_match_count_star(
                 apply(conn, op, a, b, live, run)
     with store.read() as conn:
         assert counter_drift(conn) == []
-        summary = session_rows.stats(conn)
+        summary = session_listing.stats(conn)
         assert summary.sessions == conn.execute(text("SELECT COUNT(*) FROM sessions")).scalar()
         assert summary.messages == conn.execute(text("SELECT COUNT(*) FROM messages")).scalar()
         negative = conn.execute(
@@ -346,7 +349,7 @@ def test_counters_survive_a_rolled_back_transaction(store: Store) -> None:
     with store.read() as conn:
         assert counter_drift(conn) == []
         assert session_rows.require_session(conn, "a").message_count == 1
-        assert session_rows.stats(conn).messages == 1
+        assert session_listing.stats(conn).messages == 1
 
 
 def test_stats_by_source(store: Store) -> None:
@@ -358,7 +361,7 @@ def test_stats_by_source(store: Store) -> None:
             for _ in range(count):
                 message_rows.append_message(conn, sid, "user", "m", now=1.0)
         session_rows.delete_session(conn, "a")
-        summary = session_rows.stats(conn)
+        summary = session_listing.stats(conn)
     assert (summary.sessions, summary.messages) == (2, 4)
     assert summary.by_source == [("telegram", 2, 4)]  # a source with no sessions is not listed
     with store.read() as conn:
@@ -374,7 +377,9 @@ def test_stats_never_reads_the_sessions_rows(store: Store) -> None:
             new(conn, sid, source=source)
             message_rows.append_message(conn, sid, "user", "m", now=1.0)
     with store.read() as conn:
-        query = session_rows.stats_query(conn).compile(conn, compile_kwargs={"literal_binds": True})
+        query = session_listing.stats_query(conn).compile(
+            conn, compile_kwargs={"literal_binds": True}
+        )
         if conn.dialect.name == "sqlite":
             found = " | ".join(
                 str(row[-1]) for row in conn.execute(text(f"EXPLAIN QUERY PLAN {query}"))
@@ -385,7 +390,7 @@ def test_stats_never_reads_the_sessions_rows(store: Store) -> None:
             conn.execute(text("SET LOCAL enable_seqscan = off"))
             found = " | ".join(str(row[0]) for row in conn.execute(text(f"EXPLAIN {query}")))
             assert "Index Only Scan using ix_sessions_source_last_active" in found
-        assert session_rows.stats(conn).by_source == [("cli", 1, 1), ("telegram", 1, 1)]
+        assert session_listing.stats(conn).by_source == [("cli", 1, 1), ("telegram", 1, 1)]
 
 
 def test_an_older_store_is_counted_by_the_upgrade_and_kept_after(settings: Settings) -> None:
@@ -409,7 +414,7 @@ def test_an_older_store_is_counted_by_the_upgrade_and_kept_after(settings: Setti
         with store.read() as conn:
             counts = {sid: session_rows.require_session(conn, sid).message_count for sid in "abc"}
             assert counter_drift(conn) == []
-            summary = session_rows.stats(conn)
+            summary = session_listing.stats(conn)
     finally:
         store.close()
     assert counts == {"a": 3, "b": 1, "c": 1}

@@ -11,8 +11,7 @@ from producers.intake import accept
 from shared.db import Store
 from shared.db.schema import inbox as inbox_table
 from shared.db.schema import routes
-from shared.pipeline import cron, leases, outbox
-from shared.pipeline import routes as route_rows
+from shared.pipeline import cron, leases, outbox, route_sessions
 from shared.settings import Settings, load_settings
 from shared.store import sessions as session_rows
 from shared.store.housekeeping import MEMORY_FLUSH
@@ -120,7 +119,7 @@ def test_a_memory_turn_for_a_session_that_moved_on_is_cancelled(
         ).scalar_one()
     assert queued == first
     with store.write() as conn:
-        route_rows.detach(conn, key, clock.now)
+        route_sessions.detach(conn, key, clock.now)
     calls = len(agent.calls)
     drain(rt, key)
     assert len(agent.calls) == calls

@@ -19,7 +19,7 @@ from shared.db import open_store
 from shared.db.schema import inbox as inbox_table
 from shared.model import SessionRecord
 from shared.settings import load_settings
-from shared.store import messages
+from shared.store import messages, session_listing
 from shared.store import sessions as session_rows
 from tests.integration.terminal_kit import (
     PROMPT,
@@ -219,7 +219,7 @@ def test_one_shot_gets_its_title_and_command_only_chats_are_not_continued(
         assert "saved." not in commands.stdout.replace("nothing was saved.", "")
         assert "Resume it with" not in commands.stdout
         with store.read() as conn:
-            listed, _ = session_rows.list_sessions(conn)
+            listed, _ = session_listing.list_sessions(conn)
         assert all(row.record.message_count for row in listed)  # the empty one is gone
     finally:
         store.close()

@@ -13,8 +13,7 @@ import pytest
 
 from shared.db import open_store
 from shared.settings import load_settings
-from shared.store import messages
-from shared.store import sessions as session_rows
+from shared.store import messages, session_listing
 from tests.fakes.openai_server import FakeOpenAI, Step, running
 from tests.integration.terminal_kit import PROMPT, Terminal, start, term_env, terminals
 
@@ -63,7 +62,7 @@ def test_the_reply_is_on_screen_while_it_is_written_and_in_the_transcript_once(
     store = open_store(load_settings(env).resolved_database_url)
     try:
         with store.read() as conn:
-            (session,), _ = session_rows.list_sessions(conn, limit=10)
+            (session,), _ = session_listing.list_sessions(conn, limit=10)
             said = [m.content for m in messages.transcript(conn, session.record.id)]
     finally:
         store.close()

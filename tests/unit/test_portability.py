@@ -12,7 +12,8 @@ from shared.db import Store
 from shared.db.schema import messages, sessions
 from shared.store import portability as port
 from shared.store.messages import append_message
-from shared.store.sessions import create_session, get_session, stats
+from shared.store.session_listing import stats
+from shared.store.sessions import create_session, get_session
 
 NOW = 1_750_000_000.0
 

@@ -15,7 +15,7 @@ from producers.cli.render import (
     relative_time,
 )
 from shared.model import SessionRecord
-from shared.store.sessions import SessionListing
+from shared.store.session_listing import SessionListing
 
 NOW = 1_750_000_000.0
 MIN, HOUR, DAY = 60, 3600, 86_400

@@ -16,7 +16,7 @@ from datetime import datetime
 from shared.db import Connection
 from shared.ids import new_session_id
 from shared.model import SessionRecord
-from shared.pipeline import routes
+from shared.pipeline import route_sessions
 from shared.platforms import gateway_platforms
 from shared.store import lineage, messages, usage
 from shared.store import sessions as session_rows
@@ -116,5 +116,5 @@ def continue_session(
     tokens = estimate_tokens(text)
     messages.append_message(conn, new_id, "system", text, now=now, token_count=tokens)
     session_rows.end_session(conn, old.id, COMPRESSION, now)
-    routes.move_session(conn, session_key, old.id, new_id, now)
+    route_sessions.move_session(conn, session_key, old.id, new_id, now)
     return session_rows.require_session(conn, new.id)

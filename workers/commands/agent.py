@@ -19,7 +19,7 @@ from shared.commands import Command
 from shared.db import Connection
 from shared.db.errors import AmbiguousSession, SessionNotFound
 from shared.model import SessionRecord
-from shared.pipeline import inbox, outbox, routes
+from shared.pipeline import inbox, outbox, route_sessions, routes
 from shared.store import lineage
 from shared.store import sessions as session_rows
 from shared.store.resume import drop_if_empty, lineage_head
@@ -116,7 +116,7 @@ def _resume(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str,
     if target.id == session_id:
         return f"You are already in session {_name(target)}."
     reopen_session(conn, target.id)
-    routes.attach(conn, turn.session_key, target.id, rt.clock())
+    route_sessions.attach(conn, turn.session_key, target.id, rt.clock())
     drop_if_empty(conn, session_id)
     count = session_rows.require_session(conn, target.id).message_count
     when = _when(target.last_active_at)

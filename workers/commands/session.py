@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from shared.db import Connection
 from shared.db.errors import TitleInUse
-from shared.pipeline import inbox, routes
+from shared.pipeline import inbox, route_sessions
 from shared.store import sessions as session_rows
 from shared.store.resume import close_session
 from shared.titles import TitleError, TitleSource, validate_title
@@ -44,7 +44,7 @@ def _end_and_detach(
     """End the session (deleted instead if it holds nothing: only commands ran in it) and
     detach the route, so the next message starts a new one."""
     close_session(conn, session_id, reason, rt.clock())
-    routes.detach(conn, turn.session_key, rt.clock(), pending_title=pending_title)
+    route_sessions.detach(conn, turn.session_key, rt.clock(), pending_title=pending_title)
 
 
 def _new(conn: Connection, rt: Runtime, turn: inbox.TurnRow, session_id: str, args: str) -> str:
