@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -59,7 +60,8 @@ def create_app(gateway: Gateway, receivers: Mapping[str, Any] | None = None) -> 
     stack = stack_id(gateway.settings)  # whose receiver this is (port.py compares it)
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"ok": True, "receivers": mounted, "stack": stack})
+        # pid: which of the receivers sharing a port (SO_REUSEPORT) answered
+        return JSONResponse({"ok": True, "receivers": mounted, "stack": stack, "pid": os.getpid()})
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -81,9 +81,12 @@ def start_gateway(env: dict[str, str], home: Path, platform: str, port: int) -> 
         if proc.proc.poll() is not None:
             raise AssertionError(f"gateway exited: {proc.output()}")
         try:
-            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            answer = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
         except httpx.HTTPError:
             return False
+        # Receivers sharing the port answer for each other: wait for this one's own answer
+        # (a fresh connection each try, which the kernel may give to either).
+        return answer.status_code == 200 and answer.json().get("pid") == proc.proc.pid
 
     wait_for(healthy, timeout=30)
     return proc
