@@ -46,8 +46,9 @@ class Shown:
     last: list[MessageRecord]
 
 
-# The parts of `Reads.shown`, each a subquery per anchor (`?` for the session, roles, id, size).
-_ANCHOR, _EARLIER, _LATER, _FIRST, _LAST = range(5)
+# The parts of `Reads.shown`, each a subquery of ids per anchor (`?` for the session, roles, id,
+# size; the anchor itself is its own id).
+_EARLIER, _LATER, _FIRST, _LAST = range(4)
 _PART = {
     _EARLIER: "{base} AND id < ? ORDER BY id DESC LIMIT ?",
     _LATER: "{base} AND id > ? ORDER BY id LIMIT ?",
@@ -120,9 +121,13 @@ class Reads:
         count: int,
     ) -> dict[int, Shown]:
         """For each (message id, its session id) of `anchors`: `around(anchor, size, roles)` and
-        `ends(session, ends, count)`, all in one statement (one subquery per part and anchor,
-        UNION ALL): a discover's results cost one round trip instead of five per result.
-        By anchor id; an anchor that is not there is left out."""
+        `ends(session, ends, count)`, all in one statement: a discover's results cost one round
+        trip instead of five per result. By anchor id; an anchor that is not there is left out.
+
+        The statement picks the ids of every part of every anchor from the (session_id, id,
+        role) index alone (one subquery each, UNION ALL) and reads each message they name once,
+        in id order; the parts are then taken again from those rows (`_parts`). A message in
+        two parts (a bookend inside the window) is read once, and no part's rows are sorted."""
         if not anchors:
             return {}
         params: list[object] = []
@@ -134,18 +139,19 @@ class Reads:
                     params.extend((*ends, count))
                 else:
                     params.extend((*roles, message_id, size))
-        found: dict[tuple[int, int], list[MessageRecord]] = {}
         sql = _shown_sql(len(anchors), len(roles), len(ends))
+        by_id: dict[int, MessageRecord] = {}
+        by_session: dict[str, list[MessageRecord]] = {}
         for row in self._run(conn, sql, params):
-            found.setdefault((row[0], row[1]), []).append(MessageRecord(*row[2:]))
+            record = MessageRecord(*row)
+            by_id[record.id] = record
+            by_session.setdefault(record.session_id, []).append(record)
         out: dict[int, Shown] = {}
-        for at, (message_id, _session_id) in enumerate(anchors):
-            anchor = found.get((at, _ANCHOR))
-            if not anchor:
-                continue
-            ordered = {p: sorted(found.get((at, p), ()), key=_by_id) for p in _PART}
-            window = [*ordered[_EARLIER], anchor[0], *ordered[_LATER]]
-            out[message_id] = Shown(anchor[0], window, ordered[_FIRST], ordered[_LAST])
+        for message_id, session_id in anchors:
+            anchor = by_id.get(message_id)
+            if anchor is not None:
+                rows = by_session.get(session_id, [])
+                out[message_id] = _parts(anchor, rows, size, set(roles), set(ends), count)
         return out
 
     def ends(
@@ -235,17 +241,41 @@ def _shown_sql(anchors: int, roles: int, ends: int) -> str:
     text every call of a shape: built once, not per call)."""
     parts: list[str] = []
     for at in range(anchors):
-        parts.append(f"SELECT {at}, {_ANCHOR}, {MESSAGE_COLUMNS} FROM messages WHERE id = ?")
+        parts.append("SELECT id FROM messages WHERE id = ?")
         for part, shape in _PART.items():
             chosen = ends if part in (_FIRST, _LAST) else roles
-            base = f"SELECT {at} AS k, {part} AS p, {MESSAGE_COLUMNS} FROM messages"
+            base = "SELECT id FROM messages"
             base += f" WHERE session_id = ? AND role IN ({', '.join('?' * chosen)})"
             parts.append(f"SELECT * FROM ({shape.format(base=base)}) AS p{at}_{part}")
-    return " UNION ALL ".join(parts)
+    return (
+        f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id IN ({' UNION ALL '.join(parts)})"
+        " ORDER BY id"
+    )
 
 
-def _by_id(message: MessageRecord) -> int:
-    return message.id
+def _parts(
+    anchor: MessageRecord,
+    rows: list[MessageRecord],
+    size: int,
+    roles: set[str],
+    ends: set[str],
+    count: int,
+) -> Shown:
+    """One anchor's `Shown` from the rows `Reads.shown` read of its session (in id order).
+
+    Those rows hold every part's own rows, and other rows besides only where they cannot
+    change a part: a row that fits a part's condition but is not one of its rows lies beyond
+    them (e.g. before the `size` earlier ones), or the part would have held it. So each part
+    is the rows that fit its condition, cut to its limit from the same side as its subquery."""
+    earlier = [m for m in rows if m.id < anchor.id and m.role in roles]
+    later = [m for m in rows if m.id > anchor.id and m.role in roles]
+    either = [m for m in rows if m.role in ends]
+    window = [*_last(earlier, size), anchor, *later[:size]]
+    return Shown(anchor, window, either[:count], _last(either, count))
+
+
+def _last(rows: list[MessageRecord], count: int) -> list[MessageRecord]:
+    return rows[-count:] if count > 0 else []
 
 
 def _roles(roles: Sequence[str]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -116,13 +117,26 @@ def _needle(term: Term, words: bool) -> str:
 def highlight(text: str, terms: Sequence[Term], *, words: bool, chars: int = SNIPPET_CHARS) -> str:
     """A piece of `text` around the first match of `terms`, each match marked: as words (word
     boundaries, `prefix*`) or as substrings (Chinese, Japanese...), ignoring case."""
-    needles = [n for n in (_needle(t, words) for t in terms) if n and n not in (r"\b\b", "")]
+    pattern = _pattern(tuple(terms), words)
     flat = " ".join(text.split())
-    if not needles or not flat:
+    if pattern is None or not flat:
         return clip(flat, chars)
-    pattern = re.compile("|".join(sorted(needles, key=len, reverse=True)), re.IGNORECASE)
     first = pattern.search(flat)
     start = 0 if first is None else max(0, first.start() - chars // 3)
     piece = flat[start : start + chars]
-    marked = pattern.sub(lambda m: f"{MARK_OPEN}{m.group(0)}{MARK_CLOSE}", piece)
+    marked = pattern.sub(_marked, piece)
     return (ELLIPSIS if start else "") + marked + (ELLIPSIS if start + chars < len(flat) else "")
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(terms: tuple[Term, ...], words: bool) -> re.Pattern[str] | None:
+    """What `highlight` marks for these terms (None: nothing), built once for all of a call's
+    results (~5 us a result) rather than once each."""
+    needles = [n for n in (_needle(t, words) for t in terms) if n and n not in (r"\b\b", "")]
+    if not needles:
+        return None
+    return re.compile("|".join(sorted(needles, key=len, reverse=True)), re.IGNORECASE)
+
+
+def _marked(match: re.Match[str]) -> str:
+    return f"{MARK_OPEN}{match.group(0)}{MARK_CLOSE}"

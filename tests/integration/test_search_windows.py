@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from shared.db import Store
-from shared.search.backend import Filters, Order
+from shared.search.backend import Filters, Hit, Order
 from shared.search.postgresql import windows, words
 from shared.search.query import parse
 from tests.integration.search_kit import Log, backend_of, limits_of
@@ -252,3 +252,36 @@ def test_a_phrase_tried_as_one_window_ranks_as_the_windows_do(
         monkeypatch.setattr(limits, "RANK_WINDOW", window)
         found = _hits(store, Order.RELEVANCE, '"walrus pad"')
         assert found == _ranked(padded, window), window
+
+
+def _traced_hits(store: Store, query: str) -> tuple[list[Hit], list[str]]:
+    """SQLite's hits for `query` by relevance, and the statements that found them."""
+    backend = backend_of(store)
+    statements: list[str] = []
+    with store.read() as conn:
+        raw = conn.connection.driver_connection
+        raw.set_trace_callback(statements.append)
+        try:
+            found = list(backend.hits(conn, parse(query), Filters(roles=ROLES), Order.RELEVANCE))
+        finally:
+            raw.set_trace_callback(None)
+    return found, statements
+
+
+def test_a_single_match_is_weighed_only_when_merged_by_score(store: Store, log: Log) -> None:
+    """SQLite: a window of one match needs no bm25 when its hits are the whole answer (a word
+    in one message; a phrase with such a word): the match is found unweighed and no bm25 runs.
+    Beside the substring stream of `OR 部署` the same match is weighed, since the merge of the
+    two streams orders by score."""
+    if store.dialect != "sqlite":
+        pytest.skip("SQLite's relevance windows")
+    [once, *_rest] = log.session("s", ["zyxwv token here", "nothing", "部署 text", "部署 again"])
+    for query in ("zyxwv", '"zyxwv token"', "zyxwv token"):
+        found, statements = _traced_hits(store, query)
+        assert [(hit.message_id, hit.score) for hit in found] == [(once, 0.0)], query
+        assert not [s for s in statements if "bm25(" in s], query
+    found, statements = _traced_hits(store, "zyxwv OR 部署")
+    [word] = [hit for hit in found if hit.index == "words"]
+    assert word.message_id == once and word.score < 0
+    assert [s for s in statements if "bm25(messages_fts)" in s]
+    assert len(found) == 3

@@ -233,6 +233,7 @@ def _ranked(
     filters: Filters,
     verify: Node | None = None,
     plain: bool = False,
+    alone: bool = False,
 ) -> Iterator[Hit]:
     """bm25 order inside windows of the newest RANK_WINDOW matches, newest window first.
 
@@ -241,11 +242,17 @@ def _ranked(
     separately: its first window tells how common it is. The window is read from the index
     alone; the messages behind it (session, role, filters) are looked up best first, a few at a
     time (`_kept`), as the caller takes hits: joining every match of the window to its message
-    cost 1-3 ms a window at 1.5M messages, and a search mostly needs the best few."""
+    cost 1-3 ms a window at 1.5M messages, and a search mostly needs the best few.
+
+    `alone`: these hits are the whole answer (no other stream is merged with them by score),
+    so a window of one match needs no score and bm25 is not run for it (Hit.score stays 0.0;
+    it only orders). At 1.5M messages most rare words are in one message, and weighing that
+    one was a second FTS5 statement (~0.1 ms of a ~0.4 ms call)."""
     lone = len(terms) == 1 and terms[0].probes == (expr,)
     scoring, least = (None, None) if lone else _scoring(db, table, expr, terms)
     fits = least is not None and least < RANK_WINDOW
-    score = f"bm25({table})" if scoring == expr and not lone else "0.0"
+    weigh = scoring == expr and not lone and not (alone and least is not None and least <= 1)
+    score = f"bm25({table})" if weigh else "0.0"
     first: list[Any] | None = None
     phrase = len(terms) == 1 and len(terms[0].probes) > 1
     if phrase and not fits and scoring == expr and least is not None and least <= TRIAL_DF:
@@ -273,7 +280,8 @@ def _ranked(
             common = _from_span(len(rows), oldest, newest, top) > MAX_SCORED_DF
             scoring = None if common else expr
         scores = {int(r[0]): float(r[1]) for r in rows}
-        if rows and scoring is not None and (lone or scoring != expr):
+        unweighed = alone and len(rows) <= 1
+        if rows and scoring is not None and (lone or scoring != expr) and not unweighed:
             scores.update(_scores(db, table, scoring, int(rows[-1][0]), int(rows[0][0]), scores))
         best = sorted(scores, key=lambda rowid: (scores[rowid], -rowid))
         yield from _kept(db, table, best, scores, filters, verify)
@@ -370,7 +378,7 @@ def _scanned(
 
 
 def _substring_hits(
-    db: sqlite3.Connection, tree: Node, filters: Filters, order: Order
+    db: sqlite3.Connection, tree: Node, filters: Filters, order: Order, alone: bool = False
 ) -> Iterator[Hit]:
     expander = Expander(db, MAX_EXPANSION)
     expr = compile_substrings(tree, expander)
@@ -386,7 +394,7 @@ def _substring_hits(
             return
         if order is Order.RELEVANCE:
             weights = _substring_weights(tree, expander)
-            yield from _ranked(db, SUBSTRINGS, expr, weights, filters, verify=tree)
+            yield from _ranked(db, SUBSTRINGS, expr, weights, filters, verify=tree, alone=alone)
         else:
             yield from _ordered(db, SUBSTRINGS, expr, filters, order, verify=tree)
         return
@@ -442,6 +450,8 @@ def hits(conn: Connection, query: Query, filters: Filters, order: Order) -> Iter
     """Matching messages, best first for the order, each once; lazy, so callers stop early."""
     db = _db(conn)
     routes = _routes(query)
+    trees = (routes.words, routes.plain_words, routes.substrings)
+    alone = sum(tree is not None for tree in trees) == 1  # no merge by score: `_ranked`
     streams: list[Iterator[Hit]] = []
     for word_tree, plain in ((routes.words, False), (routes.plain_words, True)):
         if word_tree is None:
@@ -449,11 +459,11 @@ def hits(conn: Connection, query: Query, filters: Filters, order: Order) -> Iter
         expr = compile_words(word_tree)
         if order is Order.RELEVANCE:
             weights = _word_weights(word_tree)
-            streams.append(_ranked(db, WORDS, expr, weights, filters, plain=plain))
+            streams.append(_ranked(db, WORDS, expr, weights, filters, plain=plain, alone=alone))
         else:
             streams.append(_ordered(db, WORDS, expr, filters, order, plain=plain))
     if routes.substrings is not None:
-        streams.append(_substring_hits(db, routes.substrings, filters, order))
+        streams.append(_substring_hits(db, routes.substrings, filters, order, alone))
     seen: set[int] = set()
     try:
         for hit in _merge(streams, order):
