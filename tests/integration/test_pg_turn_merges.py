@@ -2,10 +2,12 @@
 (both databases: SQLite runs a statement per step): the lease's fence check carried by the
 append of the turn's messages, the marking of a turn running carried by the read of its
 history, the session read with the turn it is claimed for, the turn's usage rows written
-with its finish, and a receiver's look for the event with the route's bump and the insert."""
+with its finish, its first reply written with its messages, and a receiver's look for the event
+with the route's bump and the insert."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -14,11 +16,13 @@ from sqlalchemy import select
 
 from producers.intake import accept
 from shared.db import Connection, Store
+from shared.db.errors import SessionNotFound
 from shared.db.schema import inbox as inbox_table
+from shared.db.schema import outbox as outbox_table
 from shared.db.schema import routes as routes_table
 from shared.db.schema import usage_daily, usage_ledger, usage_sessions, usage_tools
 from shared.model import SessionRecord
-from shared.pipeline import inbox, routes
+from shared.pipeline import inbox, outbox, routes
 from shared.pipeline.leases import Lease, LeaseLost
 from shared.pricing import Pricing
 from shared.session_key import SessionKey
@@ -228,3 +232,106 @@ def test_recording_a_turn_of_a_known_key_is_one_round_trip(store: Store, tmp_pat
         next_seq = conn.execute(select(routes_table.c.next_seq)).scalar_one()
         recorded = conn.execute(select(inbox_table.c.seq).order_by(inbox_table.c.id)).scalars()
         assert (next_seq, list(recorded)) == (3, [1, 2, 3])
+
+
+def _outbox_rows(conn: Connection) -> list[tuple[object, ...]]:
+    """Every outbox row, its id included, in id order."""
+    return [tuple(row) for row in conn.execute(select(outbox_table).order_by(outbox_table.c.id))]
+
+
+@pytest.mark.parametrize("delivered", [False, True])
+def test_a_turns_reply_is_written_with_its_messages_as_on_its_own(
+    store: Store, tmp_path: Path, delivered: bool
+) -> None:
+    """The reply carried by the fenced append: the same outbox row (`outbox.add`'s, pending or
+    delivered), after the messages, in the append's round trip on PostgreSQL; and the rows
+    the append returns, as `add` returns it."""
+    _, new = _leased(store)
+    reply = outbox.Reply(
+        platform="telegram",
+        chat_id="c1",
+        text="hello",
+        now=6,
+        turn_id=1,
+        session_id="s1",
+        thread_id="t1",
+        reply_to="m1",
+        delivered=delivered,
+    )
+    expected: list[tuple[object, ...]] = []
+    alone: outbox.OutboxRow | None = None
+    with pytest.raises(_RolledBack), store.write() as conn:  # what add writes on its own
+        messages.append_messages(conn, "s1", ROWS, fence=routes.Fence(new, now=6, ttl=30))
+        alone = outbox.add(conn, **{k: getattr(reply, k) for k in _REPLY_FIELDS})
+        expected = _outbox_rows(conn)
+        raise _RolledBack
+    with store.write() as conn:
+        fence = routes.Fence(new, now=6, ttl=30)
+        if store.dialect != "postgresql":
+            written = messages.append_messages(conn, "s1", ROWS, fence=fence, reply=reply)
+        else:
+            with pg_round_trips(conn, tmp_path) as trips:
+                written = messages.append_messages(conn, "s1", ROWS, fence=fence, reply=reply)
+            assert trips == [1]
+    with store.read() as conn:
+        rows = _outbox_rows(conn)
+        stored = [(m.role, m.content) for m in messages.transcript(conn, "s1")]
+    assert alone is not None and written is not None
+    # The sequence moved on past the rolled-back row's id; all else is the same.
+    assert [row[1:] for row in rows] == [row[1:] for row in expected]
+    assert written == dataclasses.replace(alone, id=rows[0][0])
+    assert (written.status, written.attempts) == (
+        (outbox.SENT, 1) if delivered else (outbox.PENDING, 0)
+    )
+    assert stored == [("user", "hi"), ("assistant", "hello")]
+
+
+def test_a_reply_carried_by_an_append_under_a_stale_fence_is_not_written(store: Store) -> None:
+    old, _ = _leased(store)
+    reply = outbox.Reply(platform="cli", chat_id="c1", text="hello", now=6, session_id="s1")
+    with pytest.raises(LeaseLost), store.write() as conn:
+        messages.append_messages(
+            conn, "s1", ROWS, fence=routes.Fence(old, now=6, ttl=30), reply=reply
+        )
+    with store.read() as conn:
+        assert _outbox_rows(conn) == []
+
+
+def test_a_reply_after_more_rows_than_one_statement_takes_follows_them(store: Store) -> None:
+    """Past eight rows the rest of the messages follow the first statement, and the reply them
+    (its own statement, as before)."""
+    _, new = _leased(store)
+    rows = [messages.NewRow("user" if n % 2 else "assistant", f"m{n}", 5 + n) for n in range(11)]
+    reply = outbox.Reply(platform="cli", chat_id="c1", text="done", now=20, session_id="s1")
+    with store.write() as conn:
+        fence = routes.Fence(new, now=6, ttl=30)
+        written = messages.append_messages(conn, "s1", rows, fence=fence, reply=reply)
+    with store.read() as conn:
+        stored = [m.content for m in messages.transcript(conn, "s1")]
+        (row,) = _outbox_rows(conn)
+    assert written is not None and written.id == row[0] and written.text == "done"
+    assert stored == [f"m{n}" for n in range(11)]
+
+
+def test_a_reply_to_a_missing_session_is_not_written(store: Store) -> None:
+    _, new = _leased(store)
+    reply = outbox.Reply(platform="cli", chat_id="c1", text="hello", now=6, session_id="gone")
+    with pytest.raises(SessionNotFound), store.write() as conn:
+        messages.append_messages(
+            conn, "gone", ROWS, fence=routes.Fence(new, now=6, ttl=30), reply=reply
+        )
+    with store.read() as conn:
+        assert _outbox_rows(conn) == []
+
+
+_REPLY_FIELDS = (
+    "platform",
+    "chat_id",
+    "text",
+    "now",
+    "turn_id",
+    "session_id",
+    "thread_id",
+    "reply_to",
+    "delivered",
+)
