@@ -14,6 +14,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
+    exists,
     func,
     insert,
     select,
@@ -112,6 +113,55 @@ _SET_TITLE = Prepared(
     .where(sessions.c.id == bindparam("b_id"))
     .values(title=bindparam("b_title"), title_source=bindparam("b_source"))
 )
+
+
+def _untitled_titled() -> Prepared:
+    """PostgreSQL: `_SET_TITLE` of a session that has no title, unless another session holds
+    the title (`_TITLE_HOLDER`), as one statement answering whether it wrote and that holder."""
+    holder = (
+        select(sessions.c.id)
+        .where(sessions.c.title == bindparam("b_title"), sessions.c.id != bindparam("b_id"))
+        .limit(1)
+        .cte("holder")
+    )
+    written = (
+        update(sessions)
+        .where(
+            sessions.c.id == bindparam("b_id"),
+            sessions.c.title.is_(None),
+            ~exists(select(1).select_from(holder)),
+        )
+        .values(title=bindparam("b_title"), title_source=bindparam("b_source"))
+        .returning(sessions.c.id)
+        .cte("written")
+    )
+    answers = select(
+        select(func.count()).select_from(written).scalar_subquery().label("written"),
+        select(holder.c.id).scalar_subquery().label("holder"),
+    )
+    return Prepared(answers.add_cte(holder, written), dialect="postgresql")
+
+
+_UNTITLED_TITLED = _untitled_titled()
+
+
+def title_untitled(conn: Connection, session_id: str, title: str, source: TitleSource) -> bool:
+    """PostgreSQL: give `session_id` the (valid) `title` if it has none yet: True when written,
+    False when the session is gone or has a title. TitleInUse when another session holds it
+    (also one that took it meanwhile: its unique index refuses ours, see `_taking_title`).
+    One statement (in its savepoint) for `get_session`, `_ensure_title_free` and the write."""
+    params = {"b_id": session_id, "b_title": title, "b_source": source.label}
+    found: dict[str, Any] = {}
+
+    def write() -> None:
+        row = _UNTITLED_TITLED.first(conn, params)
+        assert row is not None  # a SELECT of a count: always one row
+        found.update(row)
+
+    _taking_title(conn, title, write)
+    if found["holder"] is not None:
+        raise TitleInUse(title, found["holder"])
+    return bool(found["written"])
 
 
 def _ensure_title_free(conn: Connection, title: str, session_id: str) -> None:

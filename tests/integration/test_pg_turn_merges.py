@@ -2,12 +2,13 @@
 (both databases: SQLite runs a statement per step): the lease's fence check carried by the
 append of the turn's messages, the marking of a turn running carried by the read of its
 history, the session read with the turn it is claimed for, the turn's usage rows written
-with its finish, its first reply written with its messages, and a receiver's look for the event
-with the route's bump and the insert."""
+with its finish, its first reply written with its messages, a first exchange's auto-title,
+and a receiver's look for the event with the route's bump and the insert."""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from shared.db.errors import SessionNotFound
 from shared.db.schema import inbox as inbox_table
 from shared.db.schema import outbox as outbox_table
 from shared.db.schema import routes as routes_table
+from shared.db.schema import sessions as sessions_table
 from shared.db.schema import usage_daily, usage_ledger, usage_sessions, usage_tools
 from shared.model import SessionRecord
 from shared.pipeline import inbox, outbox, routes
@@ -28,12 +30,14 @@ from shared.pricing import Pricing
 from shared.session_key import SessionKey
 from shared.settings import Settings
 from shared.store import messages, usage
-from shared.store.sessions import create_session, require_session
+from shared.store.sessions import create_session, require_session, set_title
 from shared.store.usage import Where
+from shared.titles import TitleSource
 from shared.usage import ModelCall, ToolUse
 from tests.integration.storekit import pg_round_trips
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, turn
 from workers.agent.base import AgentRequest
+from workers.agent.titles import write_auto_title
 from workers.drain import drain
 
 pytestmark = pytest.mark.both_databases
@@ -335,3 +339,76 @@ _REPLY_FIELDS = (
     "reply_to",
     "delivered",
 )
+
+
+def _titles(conn: Connection) -> dict[str, tuple[str | None, str | None]]:
+    rows = conn.execute(
+        select(sessions_table.c.id, sessions_table.c.title, sessions_table.c.title_source)
+    )
+    return {row.id: (row.title, row.title_source) for row in rows}
+
+
+def test_an_auto_title_is_written_as_set_title_writes_it_in_fewer_round_trips(
+    store: Store, tmp_path: Path
+) -> None:
+    """The first exchange's title: written as `set_title` writes it (AUTO) when the session has
+    none and the title is free (3 round trips on PostgreSQL: the look, the look for a holder
+    and the write in one statement, in its savepoint); nothing for a titled or missing session;
+    a taken title still takes its distinct form."""
+    with store.write() as conn:
+        for n, name in enumerate(("a", "b", "c")):
+            create_session(conn, session_id=name, source="cli", now=1 + n)
+        set_title(conn, "b", "Mine", TitleSource.USER)
+    with store.write() as conn:
+        if store.dialect != "postgresql":
+            written = write_auto_title(conn, "a", "Zebra notes")
+        else:
+            with pg_round_trips(conn, tmp_path) as trips:
+                written = write_auto_title(conn, "a", "Zebra notes")
+            assert trips == [3]
+        assert written == "Zebra notes"
+        assert write_auto_title(conn, "b", "Other notes") is None  # titled already
+        assert write_auto_title(conn, "gone", "Gone notes") is None
+        assert write_auto_title(conn, "c", "Zebra notes") == "Zebra notes (2)"
+    with store.read() as conn:
+        assert _titles(conn) == {
+            "a": ("Zebra notes", TitleSource.AUTO.label),
+            "b": ("Mine", TitleSource.USER.label),
+            "c": ("Zebra notes (2)", TitleSource.AUTO.label),
+        }
+
+
+def test_an_auto_title_taken_meanwhile_by_another_transaction_takes_its_distinct_form(
+    store: Store,
+) -> None:
+    """Another transaction gives the title to another session after our look: its unique index
+    refuses ours once that commits; the savepoint keeps our transaction, and the general path
+    writes the distinct form (PostgreSQL: SQLite has one writer, nothing can come between)."""
+    if store.dialect != "postgresql":
+        pytest.skip("one writer at a time on SQLite")
+    with store.write() as conn:
+        create_session(conn, session_id="a", source="cli", now=1)
+        create_session(conn, session_id="b", source="cli", now=2)
+    taking = threading.Event()
+
+    def other() -> None:
+        with store.write() as conn:
+            set_title(conn, "a", "Zebra notes", TitleSource.USER)
+            taking.set()
+            time.sleep(0.5)  # ours looks now, finds it free, and waits on the index
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    assert taking.wait(10)
+    with store.write() as conn:
+        written = write_auto_title(conn, "b", "Zebra notes")
+        create_session(conn, session_id="c", source="cli", now=3)  # the transaction goes on
+    thread.join()
+    assert written == "Zebra notes (2)"
+    with store.read() as conn:
+        titles = _titles(conn)
+    assert (titles["a"][0], titles["b"][0], titles["c"][0]) == (
+        "Zebra notes",
+        "Zebra notes (2)",
+        None,
+    )
