@@ -34,7 +34,7 @@ from shared.store.sessions import create_session, require_session, set_title
 from shared.store.usage import Where
 from shared.titles import TitleSource
 from shared.usage import ModelCall, ToolUse
-from tests.integration.storekit import pg_round_trips
+from tests.integration.storekit import pg_round_trips, pg_store_round_trips
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, turn
 from workers.agent.base import AgentRequest
 from workers.agent.titles import write_auto_title
@@ -412,3 +412,30 @@ def test_an_auto_title_taken_meanwhile_by_another_transaction_takes_its_distinct
         "Zebra notes (2)",
         None,
     )
+
+
+def test_a_sessions_first_turn_is_given_the_session_it_made_as_stored(
+    settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    """The claim that makes the key's session gives the model the record it inserted, not a
+    read of it: the same as the stored row, counters at their start. On PostgreSQL the claim is
+    8 round trips (BEGIN, lease, next turn with its route, id look, insert, route attach,
+    running with the history, COMMIT; a read of the session made a 9th), in the first turn's
+    drain of 25 with this test's own read (3), the outcome's 11 and the delivery's 3."""
+    seen: list[tuple[SessionRecord, SessionRecord]] = []
+
+    def reply(request: AgentRequest) -> str:
+        with store.read() as conn:
+            seen.append((request.session, require_session(conn, request.session.id)))
+        return f"reply to {request.turn.text}"
+
+    rt, _ = make_runtime(settings, store, ScriptedAgent(reply=reply))
+    key = accept(store, rt.waker, turn(0), settings=settings, clock=time.time).session_key
+    if store.dialect != "postgresql":
+        assert drain(rt, key).ran == 1
+    else:
+        with pg_store_round_trips(store, tmp_path) as trips:
+            assert drain(rt, key).ran == 1
+        assert trips == [25]
+    ((given, stored),) = seen
+    assert given == stored and given.message_count == 0
