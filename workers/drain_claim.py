@@ -10,7 +10,7 @@ from typing import Any
 
 from shared.db import Connection
 from shared.db.errors import TitleInUse
-from shared.ids import CLI_HEX, looks_like_session_id
+from shared.ids import CLI_HEX, looks_like_session_id, new_session_id
 from shared.model import MessageRecord, SessionRecord
 from shared.pipeline import inbox, leases, routes
 from shared.platforms import CLI, gateway_platforms
@@ -145,9 +145,6 @@ def _current_session(
     ):
         return str(live), None
     now = rt.clock()
-    session_id = _terminal_id(conn, turn) or compression.free_session_id(
-        conn, rt.now_datetime(), gateway=turn.platform in gateway_platforms()
-    )
     columns: dict[str, Any] = {
         "user_id": turn.user_id,
         "session_key": turn.session_key,
@@ -156,6 +153,14 @@ def _current_session(
         "thread_id": turn.thread_id,
         "model": rt.settings.model.name,
     }
+    terminal = _terminal_id(conn, turn)
+    if terminal is None and route["pending_title"] is None and conn.dialect.name == "postgresql":
+        made = _made_attached(conn, rt, turn, now, columns)
+        if made is not None:
+            return made.id, made
+    session_id = terminal or compression.free_session_id(
+        conn, rt.now_datetime(), gateway=turn.platform in gateway_platforms()
+    )
     try:
         made = session_rows.create_session(
             conn,
@@ -171,6 +176,28 @@ def _current_session(
         )
     routes.attach(conn, turn.session_key, session_id, now)
     return session_id, made
+
+
+def _made_attached(
+    conn: Connection, rt: Runtime, turn: inbox.TurnRow, now: float, columns: dict[str, Any]
+) -> SessionRecord | None:
+    """PostgreSQL: a new untitled session under a fresh id and the route pointed at it, in one
+    statement (`sessions.create_attached`), where the look for a free id, the insert and the
+    attach were three. A taken id is tried again with another, as `free_session_id` would;
+    None after as many tries (the general path then decides as before)."""
+    gateway = turn.platform in gateway_platforms()
+    for _ in range(compression.ID_TRIES):
+        made = session_rows.create_attached(
+            conn,
+            session_id=new_session_id(rt.now_datetime(), gateway=gateway),
+            source=turn.platform,
+            now=now,
+            key=turn.session_key,
+            **columns,
+        )
+        if made is not None:
+            return made
+    return None
 
 
 def _terminal_id(conn: Connection, turn: inbox.TurnRow) -> str | None:

@@ -413,6 +413,17 @@ def route_session_id(conn: Connection, key: str) -> str | None:
     return str(value) if value is not None else None
 
 
+def attach_once(found: Any) -> Any:
+    """PostgreSQL: `attach` (bound `b_key`, `b_session`, `b_now`) as a CTE that points the route
+    only once `found` (a CTE) has a row, for a statement that carries it."""
+    statement: Any = _ATTACH.statement
+    return (
+        statement.where(exists(select(1).select_from(found)))
+        .returning(routes.c.session_key)
+        .cte("attached")
+    )
+
+
 def attach(conn: Connection, key: str, session_id: str, now: float) -> None:
     """Point the existing route `key` at `session_id` (a pending title is used up)."""
     _ATTACH.rowcount(conn, {"b_key": key, "b_session": session_id, "b_now": now})

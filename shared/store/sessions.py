@@ -20,6 +20,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 
 from shared.db.errors import SessionNotFound, TitleInUse
@@ -27,6 +28,7 @@ from shared.db.prepared import Prepared
 from shared.db.schema import messages, sessions, source_stats
 from shared.mentions import without_mentions
 from shared.model import SessionRecord
+from shared.pipeline import routes
 from shared.store import media
 from shared.store import messages as message_rows
 from shared.titles import TitleSource, validate_title
@@ -79,6 +81,43 @@ _CREATE_EMPTY = dict.fromkeys(_CREATE_COLUMNS)
 _CREATE = Prepared(
     insert(sessions).values({name: bindparam(name) for name in sorted(_CREATE_COLUMNS)})
 )
+
+
+def _made_and_attached() -> Prepared:
+    """PostgreSQL: `_CREATE` unless the id is taken (no row then), and `routes.attach` of the
+    key to the session once it was made, as one statement answering how many it made."""
+    made = (
+        pg_insert(sessions)
+        .values({name: bindparam(name) for name in sorted(_CREATE_COLUMNS)})
+        .on_conflict_do_nothing(index_elements=[sessions.c.id])
+        .returning(sessions.c.id)
+        .cte("made")
+    )
+    attached = routes.attach_once(made)
+    counted = select(select(func.count()).select_from(made).scalar_subquery().label("made"))
+    return Prepared(counted.add_cte(made, attached), dialect="postgresql")
+
+
+_MADE_AND_ATTACHED = _made_and_attached()
+
+
+def create_attached(
+    conn: Connection, *, session_id: str, source: str, now: float, key: str, **columns: Any
+) -> SessionRecord | None:
+    """PostgreSQL: `create_session` of an untitled session, and `routes.attach` of `key` to it,
+    in one statement; None when `session_id` is taken (nothing written then). The look for a
+    free id (`session_exists`) is the insert itself."""
+    values: dict[str, Any] = {
+        "id": session_id,
+        "source": source,
+        "started_at": now,
+        "last_active_at": now,
+        **columns,
+    }
+    params = {**_CREATE_EMPTY, **values, "b_key": key, "b_session": session_id, "b_now": now}
+    found = _MADE_AND_ATTACHED.first(conn, params)
+    assert found is not None  # a SELECT of a count: always one row
+    return SessionRecord(**values) if found["made"] else None
 
 
 _GET = Prepared(select(sessions).where(sessions.c.id == bindparam("b_id")))

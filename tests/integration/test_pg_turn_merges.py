@@ -2,8 +2,9 @@
 (both databases: SQLite runs a statement per step): the lease's fence check carried by the
 append of the turn's messages, the marking of a turn running carried by the read of its
 history, the session read with the turn it is claimed for, the turn's usage rows written
-with its finish, its first reply written with its messages, a first exchange's auto-title,
-and a receiver's look for the event with the route's bump and the insert."""
+with its finish, its first reply written with its messages, a first exchange's auto-title, a
+new session made and attached to its route, and a receiver's look for the event with the
+route's bump and the insert."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from producers.intake import accept
 from shared.db import Connection, Store
@@ -30,12 +31,14 @@ from shared.pricing import Pricing
 from shared.session_key import SessionKey
 from shared.settings import Settings
 from shared.store import messages, usage
-from shared.store.sessions import create_session, require_session, set_title
+from shared.store.sessions import create_attached, create_session, require_session, set_title
 from shared.store.usage import Where
 from shared.titles import TitleSource
 from shared.usage import ModelCall, ToolUse
 from tests.integration.storekit import pg_round_trips, pg_store_round_trips
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, turn
+from workers import drain_claim
+from workers.agent import compression
 from workers.agent.base import AgentRequest
 from workers.agent.titles import write_auto_title
 from workers.drain import drain
@@ -419,9 +422,10 @@ def test_a_sessions_first_turn_is_given_the_session_it_made_as_stored(
 ) -> None:
     """The claim that makes the key's session gives the model the record it inserted, not a
     read of it: the same as the stored row, counters at their start. On PostgreSQL the claim is
-    8 round trips (BEGIN, lease, next turn with its route, id look, insert, route attach,
-    running with the history, COMMIT; a read of the session made a 9th), in the first turn's
-    drain of 25 with this test's own read (3), the outcome's 11 and the delivery's 3."""
+    6 round trips (BEGIN, lease, next turn with its route, the session made and attached,
+    running with the history, COMMIT; a look for a free id, the insert, the attach and a read
+    of the session made 9), in the first turn's drain of 23 with this test's own read (3), the
+    outcome's 11 and the delivery's 3."""
     seen: list[tuple[SessionRecord, SessionRecord]] = []
 
     def reply(request: AgentRequest) -> str:
@@ -436,6 +440,70 @@ def test_a_sessions_first_turn_is_given_the_session_it_made_as_stored(
     else:
         with pg_store_round_trips(store, tmp_path) as trips:
             assert drain(rt, key).ran == 1
-        assert trips == [25]
+        assert trips == [23]
     ((given, stored),) = seen
     assert given == stored and given.message_count == 0
+
+
+def _session_and_route(conn: Connection, key: str) -> tuple[dict[str, object], str | None]:
+    """The session a route points at (its columns but id and times) and that id."""
+    session_id = conn.execute(
+        select(routes_table.c.session_id).where(routes_table.c.session_key == key)
+    ).scalar_one()
+    row = conn.execute(select(sessions_table).where(sessions_table.c.id == session_id)).one()
+    kept = {
+        k: v for k, v in row._mapping.items() if k not in ("id", "started_at", "last_active_at")
+    }
+    return kept, session_id
+
+
+def test_a_new_session_is_made_and_attached_as_create_session_and_attach_do(
+    store: Store, tmp_path: Path
+) -> None:
+    """PostgreSQL: `create_attached` writes the session `create_session` writes and points the
+    route at it as `attach` does, in one round trip; a taken id writes nothing."""
+    if store.dialect != "postgresql":
+        pytest.skip("create_attached is PostgreSQL's (SQLite runs create_session and attach)")
+    columns = {"user_id": "u1", "chat_id": "c1", "chat_type": "dm", "model": "m"}
+    with store.write() as conn:
+        for n, key in enumerate(("k1", "k2")):
+            inbox.record_turn(conn, turn(n, chat=key), SessionKey(key, shared=False), now=1)
+    with store.write() as conn:
+        create_session(conn, session_id="s1", source="cli", now=2, session_key="k1", **columns)
+        routes.attach(conn, "k1", "s1", 2)
+    with store.write() as conn, pg_round_trips(conn, tmp_path) as trips:
+        made = create_attached(
+            conn, session_id="s2", source="cli", now=2, key="k2", session_key="k2", **columns
+        )
+    assert trips == [1]
+    with store.write() as conn:
+        taken = create_attached(
+            conn, session_id="s1", source="cli", now=3, key="k2", session_key="k2", **columns
+        )
+    with store.read() as conn:
+        one, one_id = _session_and_route(conn, "k1")
+        two, two_id = _session_and_route(conn, "k2")
+        assert made == require_session(conn, "s2")
+        count = conn.execute(select(func.count()).select_from(sessions_table)).scalar_one()
+    assert (one_id, two_id, taken, count) == ("s1", "s2", None, 2)
+    assert {**one, "session_key": "k2"} == two
+
+
+def test_a_new_sessions_id_passes_over_one_taken(
+    settings: Settings, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim of a key's first turn makes its session under an id nobody holds (a taken one
+    is passed over, as free_session_id passes over it) and points the route at it."""
+    ids = iter(["20260101_000000_taken1", "20260101_000000_fresh1"])
+    for module in (drain_claim, compression):
+        monkeypatch.setattr(module, "new_session_id", lambda *_a, **_k: next(ids))
+    with store.write() as conn:
+        create_session(conn, session_id="20260101_000000_taken1", source="cli", now=1)
+    rt, _ = make_runtime(settings, store)
+    key = accept(store, rt.waker, turn(0), settings=settings, clock=time.time).session_key
+    assert drain(rt, key).ran == 1
+    with store.read() as conn:
+        made, session_id = _session_and_route(conn, key)
+        taken = require_session(conn, "20260101_000000_taken1")
+    assert session_id == "20260101_000000_fresh1"
+    assert (made["session_key"], made["message_count"], taken.message_count) == (key, 2, 0)
