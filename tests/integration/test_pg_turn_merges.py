@@ -12,6 +12,7 @@ import dataclasses
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -286,7 +287,7 @@ def test_a_turns_reply_is_written_with_its_messages_as_on_its_own(
     assert alone is not None and written is not None
     # The sequence moved on past the rolled-back row's id; all else is the same.
     assert [row[1:] for row in rows] == [row[1:] for row in expected]
-    assert written == dataclasses.replace(alone, id=rows[0][0])
+    assert written == dataclasses.replace(alone, id=int(str(rows[0][0])))
     assert (written.status, written.attempts) == (
         (outbox.SENT, 1) if delivered else (outbox.PENDING, 0)
     )
@@ -464,7 +465,7 @@ def test_a_new_session_is_made_and_attached_as_create_session_and_attach_do(
     route at it as `attach` does, in one round trip; a taken id writes nothing."""
     if store.dialect != "postgresql":
         pytest.skip("create_attached is PostgreSQL's (SQLite runs create_session and attach)")
-    columns = {"user_id": "u1", "chat_id": "c1", "chat_type": "dm", "model": "m"}
+    columns: dict[str, Any] = {"user_id": "u1", "chat_id": "c1", "chat_type": "dm", "model": "m"}
     with store.write() as conn:
         for n, key in enumerate(("k1", "k2")):
             inbox.record_turn(conn, turn(n, chat=key), SessionKey(key, shared=False), now=1)
