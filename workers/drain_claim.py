@@ -10,7 +10,7 @@ from typing import Any
 
 from shared.db import Connection
 from shared.db.errors import TitleInUse
-from shared.ids import CLI_HEX, looks_like_session_id
+from shared.ids import CLI_HEX, looks_like_session_id, new_session_id
 from shared.model import MessageRecord, SessionRecord
 from shared.pipeline import inbox, leases, route_sessions, routes
 from shared.platforms import CLI, gateway_platforms
@@ -80,7 +80,7 @@ def claim_turn(
         return Next("defer", turn, retry_in=turn.not_before - now)
     if turn.attempts >= rt.settings.pipeline.max_attempts:
         return Next("bury", turn)
-    session_id = current_session(conn, rt, turn, route)
+    session_id, made = _current_session(conn, rt, turn, route)
     # On PostgreSQL the model's context is read here, not in a read transaction of its own after
     # it (BEGIN, the reads, COMMIT): the history with the turn's marking (one statement), the
     # session with the turn when it is the route's (as `route` read it). On SQLite a read of its
@@ -89,8 +89,8 @@ def claim_turn(
         inbox.mark_running(conn, turn.id, session_id, now)
         return Next("run", turn, session_id, started=now)
     history = inbox.mark_running_with_history(conn, turn.id, session_id, now, HISTORY_MESSAGES)
-    session = inbox.live_session(route) if route is not None else None
-    if session is None or session.id != session_id:  # made just now, or the route had none
+    session = made or (inbox.live_session(route) if route is not None else None)
+    if session is None or session.id != session_id:  # the route had none
         session = session_rows.require_session(conn, session_id)
     return Next("run", turn, session_id, started=now, context=(session, history))
 
@@ -125,6 +125,14 @@ def current_session(
     """The key's live session, created on first need (the lease makes this single-flight).
     A terminal's session that was left still takes the turns sent to it (`resume`). `route`:
     the key's `route_sessions.session_state` if this transaction has read it already."""
+    return _current_session(conn, rt, turn, route)[0]
+
+
+def _current_session(
+    conn: Connection, rt: Runtime, turn: inbox.TurnRow, route: Any | None = None
+) -> tuple[str, SessionRecord | None]:
+    """`current_session`, with the session's record when it was made here (as written: the
+    row it inserted, counters at their start), saving the claim a read of it."""
     if route is None:
         route = route_sessions.session_state(conn, turn.session_key)
     assert route is not None  # the turn's arrival made the route row
@@ -135,11 +143,8 @@ def current_session(
             conn, live, route["end_reason"], route["ended_at"], turn.received_at
         )
     ):
-        return str(live)
+        return str(live), None
     now = rt.clock()
-    session_id = _terminal_id(conn, turn) or compression.free_session_id(
-        conn, rt.now_datetime(), gateway=turn.platform in gateway_platforms()
-    )
     columns: dict[str, Any] = {
         "user_id": turn.user_id,
         "session_key": turn.session_key,
@@ -148,8 +153,16 @@ def current_session(
         "thread_id": turn.thread_id,
         "model": rt.settings.model.name,
     }
+    terminal = _terminal_id(conn, turn)
+    if terminal is None and route["pending_title"] is None and conn.dialect.name == "postgresql":
+        made = _made_attached(conn, rt, turn, now, columns)
+        if made is not None:
+            return made.id, made
+    session_id = terminal or compression.free_session_id(
+        conn, rt.now_datetime(), gateway=turn.platform in gateway_platforms()
+    )
     try:
-        session_rows.create_session(
+        made = session_rows.create_session(
             conn,
             session_id=session_id,
             source=turn.platform,
@@ -158,11 +171,33 @@ def current_session(
             **columns,
         )
     except (TitleInUse, TitleError):
-        session_rows.create_session(
+        made = session_rows.create_session(
             conn, session_id=session_id, source=turn.platform, now=now, **columns
         )
     route_sessions.attach(conn, turn.session_key, session_id, now)
-    return session_id
+    return session_id, made
+
+
+def _made_attached(
+    conn: Connection, rt: Runtime, turn: inbox.TurnRow, now: float, columns: dict[str, Any]
+) -> SessionRecord | None:
+    """PostgreSQL: a new untitled session under a fresh id and the route pointed at it, in one
+    statement (`sessions.create_attached`), where the look for a free id, the insert and the
+    attach were three. A taken id is tried again with another, as `free_session_id` would;
+    None after as many tries (the general path then decides as before)."""
+    gateway = turn.platform in gateway_platforms()
+    for _ in range(compression.ID_TRIES):
+        made = session_rows.create_attached(
+            conn,
+            session_id=new_session_id(rt.now_datetime(), gateway=gateway),
+            source=turn.platform,
+            now=now,
+            key=turn.session_key,
+            **columns,
+        )
+        if made is not None:
+            return made
+    return None
 
 
 def _terminal_id(conn: Connection, turn: inbox.TurnRow) -> str | None:

@@ -83,33 +83,27 @@ def commit_turn(
     where = metering.where(turn.platform, session_id, turn.chat_id, turn.id)
 
     def write(conn: Connection) -> tuple[Next | None, outbox.OutboxRow | None, _Opened | None]:
-        messages.append_messages(  # first: the lease's fence check is part of it
+        # Where the replies go: a cron run's target is looked up in the store, after the fence
+        # check; any other turn's is its own chat, known now, so its first reply is written
+        # with its messages (on PostgreSQL in the same statement: no round trip of its own).
+        address = None if turn.platform == CRON else reply_address(conn, rt, turn)
+        replies = _replies(rt, turn, session_id, reply.replies, address, now)
+        last = messages.append_messages(  # first: the lease's fence check is part of it
             conn,
             session_id,
             rows,
             input_tokens=reply.input_tokens,
             output_tokens=reply.output_tokens,
             fence=routes.Fence(held.lease, now, rt.lease_ttl),
+            reply=replies.pop(0) if replies else None,
         )
-        address = reply_address(conn, rt, turn)
+        if turn.platform == CRON:
+            address = reply_address(conn, rt, turn)
+            replies = _replies(rt, turn, session_id, reply.replies, address, now)
+        for each in replies:  # the rest, in order after it
+            last = each.add(conn)
         # A terminal reads its replies from here: this commit delivers them, no lane to open.
         in_store = address is not None and flush.reads_store(rt, address[0])
-        last: outbox.OutboxRow | None = None
-        for text in reply.replies:
-            if address is None:
-                break
-            last = outbox.add(
-                conn,
-                platform=address[0],
-                chat_id=address[1],
-                thread_id=address[2],
-                reply_to=turn.message_id if address[0] == turn.platform else None,
-                turn_id=turn.id,
-                session_id=session_id,
-                text=text,
-                now=now,
-                delivered=in_store,
-            )
         _record_side_effects(conn, turn, session_id, reply, now)
         if title is not None:
             titles.write_auto_title(conn, session_id, title)
@@ -133,6 +127,36 @@ def commit_turn(
     if opened is not None:
         flush.deliver_now(rt, *opened)
     return following
+
+
+def _replies(
+    rt: Runtime,
+    turn: inbox.TurnRow,
+    session_id: str,
+    texts: list[str],
+    address: tuple[str, str, str | None] | None,
+    now: float,
+) -> list[outbox.Reply]:
+    """The turn's replies as the outbox writes them, in order (none without an address). A
+    terminal reads its replies from the store: their commit delivers them."""
+    if address is None:
+        return []
+    platform, chat_id, thread_id = address
+    in_store = flush.reads_store(rt, platform)
+    return [
+        outbox.Reply(
+            platform=platform,
+            chat_id=chat_id,
+            thread_id=thread_id,
+            reply_to=turn.message_id if platform == turn.platform else None,
+            turn_id=turn.id,
+            session_id=session_id,
+            text=text,
+            now=now,
+            delivered=in_store,
+        )
+        for text in texts
+    ]
 
 
 def _finish(

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, func, insert, or_, select, update
+from sqlalchemy import Connection, Row, bindparam, cast, exists, func, insert, or_, select, update
 
 from shared.db.prepared import Prepared
 from shared.db.schema import outbox
@@ -154,25 +154,84 @@ def add(
 ) -> OutboxRow:
     """A reply to send, in its chat's lane; `delivered`: one its reader takes from the store
     (the terminal), written as sent, since committing it is what delivers it."""
-    values: dict[str, Any] = {
-        "lane": lane_for(platform, chat_id),
-        "turn_id": turn_id,
-        "session_id": session_id,
-        "platform": platform,
-        "chat_id": chat_id,
-        "thread_id": thread_id,
-        "reply_to": reply_to,
-        "text": text,
-        "status": PENDING,
-        "created_at": now,
-    }
-    if delivered:
-        values.update(status=SENT, sent_at=now, attempts=1)
-        row_id = _ADD_DELIVERED.scalar(conn, values)
-    else:
-        row_id = _ADD.scalar(conn, values)
-        values["attempts"] = 0
-    return OutboxRow.from_mapping({**values, "id": int(row_id)})
+    return Reply(
+        platform=platform,
+        chat_id=chat_id,
+        text=text,
+        now=now,
+        turn_id=turn_id,
+        session_id=session_id,
+        thread_id=thread_id,
+        reply_to=reply_to,
+        delivered=delivered,
+    ).add(conn)
+
+
+# Every column a reply is written with: a pending one's sent_at is NULL and attempts 0, as the
+# table's defaults would leave them, so one statement writes either kind.
+_REPLY_COLUMNS = (*_ADD_COLUMNS, "sent_at", "attempts")
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A reply `add` writes, for a statement of another store module to carry on PostgreSQL
+    (`insert_once` in its WITH, bound with `params()`; `row` with the id it returned), saving
+    the reply's round trip: the turn's outcome writes it with the turn's messages."""
+
+    platform: str
+    chat_id: str
+    text: str
+    now: float
+    turn_id: int | None = None
+    session_id: str | None = None
+    thread_id: str | None = None
+    reply_to: str | None = None
+    delivered: bool = False
+
+    def values(self) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "lane": lane_for(self.platform, self.chat_id),
+            "turn_id": self.turn_id,
+            "session_id": self.session_id,
+            "platform": self.platform,
+            "chat_id": self.chat_id,
+            "thread_id": self.thread_id,
+            "reply_to": self.reply_to,
+            "text": self.text,
+            "status": PENDING,
+            "created_at": self.now,
+        }
+        if self.delivered:
+            values.update(status=SENT, sent_at=self.now, attempts=1)
+        return values
+
+    def add(self, conn: Connection) -> OutboxRow:
+        """The reply in a statement of its own (`add`)."""
+        values = self.values()
+        if self.delivered:
+            row_id = _ADD_DELIVERED.scalar(conn, values)
+        else:
+            row_id = _ADD.scalar(conn, values)
+        return self.row(int(row_id))
+
+    def params(self) -> dict[str, Any]:
+        """`insert_once`'s binds (`o_<column>`)."""
+        values = self.values()
+        return {f"o_{c}": values.get(c, None if c == "sent_at" else 0) for c in _REPLY_COLUMNS}
+
+    def row(self, row_id: int) -> OutboxRow:
+        values = self.values()
+        values.setdefault("attempts", 0)
+        return OutboxRow.from_mapping({**values, "id": row_id})
+
+
+def insert_once(found: Any, name: str = "reply") -> Any:
+    """PostgreSQL: a `Reply`'s INSERT (its binds `o_<column>`, as `Reply.params`) as a CTE that
+    writes the row only once `found` (a CTE) has a row, returning its id."""
+    source = select(
+        *[cast(bindparam(f"o_{c}"), outbox.c[c].type).label(c) for c in _REPLY_COLUMNS]
+    ).where(exists(select(1).select_from(found)))
+    return insert(outbox).from_select(_REPLY_COLUMNS, source).returning(outbox.c.id).cte(name)
 
 
 def pending(conn: Connection, lane: str, limit: int = 20) -> list[OutboxRow]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, exists, select, update
 
 from shared.db.prepared import Prepared
 from shared.db.schema import routes, sessions
@@ -48,6 +48,17 @@ def route_session_id(conn: Connection, key: str) -> str | None:
     """The session a route currently points at (None before its first turn or after /new)."""
     value = conn.execute(select(routes.c.session_id).where(routes.c.session_key == key)).scalar()
     return str(value) if value is not None else None
+
+
+def attach_once(found: Any) -> Any:
+    """PostgreSQL: `attach` (bound `b_key`, `b_session`, `b_now`) as a CTE that points the route
+    only once `found` (a CTE) has a row, for a statement that carries it."""
+    statement: Any = _ATTACH.statement
+    return (
+        statement.where(exists(select(1).select_from(found)))
+        .returning(routes.c.session_key)
+        .cte("attached")
+    )
 
 
 def attach(conn: Connection, key: str, session_id: str, now: float) -> None:

@@ -25,7 +25,7 @@ from shared.db.errors import SessionNotFound
 from shared.db.prepared import Prepared
 from shared.db.schema import messages, sessions
 from shared.model import MessageRecord
-from shared.pipeline import routes
+from shared.pipeline import outbox, routes
 from shared.surrogates import LONE_SURROGATE, storable
 
 
@@ -104,25 +104,33 @@ def _bump_and_insert(n: int) -> Prepared:
 _BUMP_AND_INSERT = {n: _bump_and_insert(n) for n in range(1, _MANY + 1)}
 
 
-def _fenced_bump_and_insert(n: int) -> Prepared:
+def _fenced_bump_and_insert(n: int, reply: bool = False) -> Prepared:
     """PostgreSQL: `_bump_and_insert` with the lease's fence check (`routes.FENCE_CHECK`) ahead
     of it in one statement. The bump runs only once the check found its route row (so the row
     is locked first, as a separate check would lock it), the rows only once the bump found the
-    session; the statement answers how many rows each of the two found."""
+    session; the statement answers how many rows each of the two found. With `reply`, the
+    turn's reply (`outbox.insert_once`, bound as `outbox.Reply.params`) is written too, once
+    the bump found the session, and its id answered as `reply_id`."""
     fenced = routes.FENCE_CHECK.cte("fenced")
     bumped = (
         _BUMPED.where(exists(select(1).select_from(fenced))).returning(sessions.c.id).cte("bumped")
     )
     source = _rows_once_bumped(bumped, n)
     inserted = insert(messages).from_select(_COLUMNS, source).returning(messages.c.id).cte("rows")
-    counted = select(
+    answers = [
         select(func.count()).select_from(fenced).scalar_subquery().label("fenced"),
         select(func.count()).select_from(bumped).scalar_subquery().label("bumped"),
-    )
-    return Prepared(counted.add_cte(inserted), dialect="postgresql")
+    ]
+    ctes = [inserted]
+    if reply:
+        written = outbox.insert_once(bumped)
+        ctes.append(written)
+        answers.append(select(written.c.id).scalar_subquery().label("reply_id"))
+    return Prepared(select(*answers).add_cte(*ctes), dialect="postgresql")
 
 
 _FENCED_BUMP_AND_INSERT = {n: _fenced_bump_and_insert(n) for n in range(1, _MANY + 1)}
+_FENCED_WITH_REPLY = {n: _fenced_bump_and_insert(n, reply=True) for n in range(1, _MANY + 1)}
 # A session's newest `b_count` messages, newest first (`history_from` puts them in order).
 LAST_MESSAGES = (
     select(messages)
@@ -208,16 +216,20 @@ def append_messages(
     input_tokens: int = 0,
     output_tokens: int = 0,
     fence: routes.Fence | None = None,
-) -> None:
+    reply: outbox.Reply | None = None,
+) -> outbox.OutboxRow | None:
     """Append a turn's messages in order with one activity bump (ids come in that order).
     `fence`: a fenced write's check (`routes.check_route`), made first; on PostgreSQL it is part
-    of the statement that bumps and inserts (LeaseLost when it failed, and nothing written)."""
+    of the statement that bumps and inserts (LeaseLost when it failed, and nothing written).
+    `reply`: the turn's (first) reply, written after the messages (`outbox.add`); on PostgreSQL
+    with a fence, in that same statement. Returns its row (None without `reply`)."""
     if not rows:
         if fence is not None:
             fence.check(conn)
-        return
+        return reply.add(conn) if reply is not None else None
     now = max(r.timestamp for r in rows)
     done = 0
+    written: outbox.OutboxRow | None = None
     if conn.dialect.name == "postgresql":  # the check, bump and first rows: one round trip
         done = min(len(rows), _MANY)
         values = {
@@ -229,10 +241,21 @@ def append_messages(
         if fence is None:
             bumped = _BUMP_AND_INSERT[done].rowcount(conn, {**bump, **values})
         else:
-            counts = _FENCED_BUMP_AND_INSERT[done].first(conn, {**fence.params(), **bump, **values})
-            assert counts is not None  # a SELECT of two counts: always one row
+            params = {**fence.params(), **bump, **values}
+            # The reply rides along only when no more rows follow: its id then comes after theirs
+            # as it did when written on its own after them.
+            carried = reply is not None and done == len(rows)
+            if carried:
+                assert reply is not None
+                counts = _FENCED_WITH_REPLY[done].first(conn, {**params, **reply.params()})
+            else:
+                counts = _FENCED_BUMP_AND_INSERT[done].first(conn, params)
+            assert counts is not None  # a SELECT of counts: always one row
             fence.verify(int(counts["fenced"]))
             bumped = int(counts["bumped"])
+            if carried and bumped:
+                assert reply is not None
+                written = reply.row(int(counts["reply_id"]))
         if bumped == 0:
             raise SessionNotFound(session_id)
     else:
@@ -250,6 +273,9 @@ def append_messages(
             for name, value in _values(session_id, row).items()
         }
         _INSERT_ROWS[len(chunk)].rowcount(conn, values)
+    if reply is not None and written is None:
+        written = reply.add(conn)
+    return written
 
 
 def transcript(

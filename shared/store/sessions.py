@@ -14,17 +14,20 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
+    exists,
     func,
     insert,
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 
 from shared.db.errors import SessionNotFound, TitleInUse
 from shared.db.prepared import Prepared
 from shared.db.schema import sessions
 from shared.model import SessionRecord
+from shared.pipeline import route_sessions
 from shared.store import media
 from shared.store import messages as message_rows
 from shared.titles import TitleSource, validate_title
@@ -78,6 +81,43 @@ _CREATE = Prepared(
 )
 
 
+def _made_and_attached() -> Prepared:
+    """PostgreSQL: `_CREATE` unless the id is taken (no row then), and `route_sessions.attach`
+    of the key to the session once it was made, as one statement answering how many it made."""
+    made = (
+        pg_insert(sessions)
+        .values({name: bindparam(name) for name in sorted(_CREATE_COLUMNS)})
+        .on_conflict_do_nothing(index_elements=[sessions.c.id])
+        .returning(sessions.c.id)
+        .cte("made")
+    )
+    attached = route_sessions.attach_once(made)
+    counted = select(select(func.count()).select_from(made).scalar_subquery().label("made"))
+    return Prepared(counted.add_cte(made, attached), dialect="postgresql")
+
+
+_MADE_AND_ATTACHED = _made_and_attached()
+
+
+def create_attached(
+    conn: Connection, *, session_id: str, source: str, now: float, key: str, **columns: Any
+) -> SessionRecord | None:
+    """PostgreSQL: `create_session` of an untitled session, and `route_sessions.attach` of
+    `key` to it, in one statement; None when `session_id` is taken (nothing written then). The
+    look for a free id (`session_exists`) is the insert itself."""
+    values: dict[str, Any] = {
+        "id": session_id,
+        "source": source,
+        "started_at": now,
+        "last_active_at": now,
+        **columns,
+    }
+    params = {**_CREATE_EMPTY, **values, "b_key": key, "b_session": session_id, "b_now": now}
+    found = _MADE_AND_ATTACHED.first(conn, params)
+    assert found is not None  # a SELECT of a count: always one row
+    return SessionRecord(**values) if found["made"] else None
+
+
 _GET = Prepared(select(sessions).where(sessions.c.id == bindparam("b_id")))
 
 
@@ -110,6 +150,55 @@ _SET_TITLE = Prepared(
     .where(sessions.c.id == bindparam("b_id"))
     .values(title=bindparam("b_title"), title_source=bindparam("b_source"))
 )
+
+
+def _untitled_titled() -> Prepared:
+    """PostgreSQL: `_SET_TITLE` of a session that has no title, unless another session holds
+    the title (`_TITLE_HOLDER`), as one statement answering whether it wrote and that holder."""
+    holder = (
+        select(sessions.c.id)
+        .where(sessions.c.title == bindparam("b_title"), sessions.c.id != bindparam("b_id"))
+        .limit(1)
+        .cte("holder")
+    )
+    written = (
+        update(sessions)
+        .where(
+            sessions.c.id == bindparam("b_id"),
+            sessions.c.title.is_(None),
+            ~exists(select(1).select_from(holder)),
+        )
+        .values(title=bindparam("b_title"), title_source=bindparam("b_source"))
+        .returning(sessions.c.id)
+        .cte("written")
+    )
+    answers = select(
+        select(func.count()).select_from(written).scalar_subquery().label("written"),
+        select(holder.c.id).scalar_subquery().label("holder"),
+    )
+    return Prepared(answers.add_cte(holder, written), dialect="postgresql")
+
+
+_UNTITLED_TITLED = _untitled_titled()
+
+
+def title_untitled(conn: Connection, session_id: str, title: str, source: TitleSource) -> bool:
+    """PostgreSQL: give `session_id` the (valid) `title` if it has none yet: True when written,
+    False when the session is gone or has a title. TitleInUse when another session holds it
+    (also one that took it meanwhile: its unique index refuses ours, see `_taking_title`).
+    One statement (in its savepoint) for `get_session`, `_ensure_title_free` and the write."""
+    params = {"b_id": session_id, "b_title": title, "b_source": source.label}
+    found: dict[str, Any] = {}
+
+    def write() -> None:
+        row = _UNTITLED_TITLED.first(conn, params)
+        assert row is not None  # a SELECT of a count: always one row
+        found.update(row)
+
+    _taking_title(conn, title, write)
+    if found["holder"] is not None:
+        raise TitleInUse(title, found["holder"])
+    return bool(found["written"])
 
 
 def _ensure_title_free(conn: Connection, title: str, session_id: str) -> None:

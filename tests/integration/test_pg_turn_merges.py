@@ -2,34 +2,46 @@
 (both databases: SQLite runs a statement per step): the lease's fence check carried by the
 append of the turn's messages, the marking of a turn running carried by the read of its
 history, the session read with the turn it is claimed for, the turn's usage rows written
-with its finish, and a receiver's look for the event with the route's bump and the insert."""
+with its finish, its first reply written with its messages, a first exchange's auto-title, a
+new session made and attached to its route, and a receiver's look for the event with the
+route's bump and the insert."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from producers.intake import accept
 from shared.db import Connection, Store
+from shared.db.errors import SessionNotFound
 from shared.db.schema import inbox as inbox_table
+from shared.db.schema import outbox as outbox_table
 from shared.db.schema import routes as routes_table
+from shared.db.schema import sessions as sessions_table
 from shared.db.schema import usage_daily, usage_ledger, usage_sessions, usage_tools
 from shared.model import SessionRecord
-from shared.pipeline import inbox, routes
+from shared.pipeline import inbox, outbox, route_sessions, routes
 from shared.pipeline.leases import Lease, LeaseLost
 from shared.pricing import Pricing
 from shared.session_key import SessionKey
 from shared.settings import Settings
 from shared.store import messages, usage
-from shared.store.sessions import create_session, require_session
+from shared.store.sessions import create_attached, create_session, require_session, set_title
 from shared.store.usage import Where
+from shared.titles import TitleSource
 from shared.usage import ModelCall, ToolUse
-from tests.integration.storekit import pg_round_trips
+from tests.integration.storekit import pg_round_trips, pg_store_round_trips
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, turn
+from workers import drain_claim
+from workers.agent import compression
 from workers.agent.base import AgentRequest
+from workers.agent.titles import write_auto_title
 from workers.drain import drain
 
 pytestmark = pytest.mark.both_databases
@@ -228,3 +240,271 @@ def test_recording_a_turn_of_a_known_key_is_one_round_trip(store: Store, tmp_pat
         next_seq = conn.execute(select(routes_table.c.next_seq)).scalar_one()
         recorded = conn.execute(select(inbox_table.c.seq).order_by(inbox_table.c.id)).scalars()
         assert (next_seq, list(recorded)) == (3, [1, 2, 3])
+
+
+def _outbox_rows(conn: Connection) -> list[tuple[object, ...]]:
+    """Every outbox row, its id included, in id order."""
+    return [tuple(row) for row in conn.execute(select(outbox_table).order_by(outbox_table.c.id))]
+
+
+@pytest.mark.parametrize("delivered", [False, True])
+def test_a_turns_reply_is_written_with_its_messages_as_on_its_own(
+    store: Store, tmp_path: Path, delivered: bool
+) -> None:
+    """The reply carried by the fenced append: the same outbox row (`outbox.add`'s, pending or
+    delivered), after the messages, in the append's round trip on PostgreSQL; and the rows
+    the append returns, as `add` returns it."""
+    _, new = _leased(store)
+    reply = outbox.Reply(
+        platform="telegram",
+        chat_id="c1",
+        text="hello",
+        now=6,
+        turn_id=1,
+        session_id="s1",
+        thread_id="t1",
+        reply_to="m1",
+        delivered=delivered,
+    )
+    expected: list[tuple[object, ...]] = []
+    alone: outbox.OutboxRow | None = None
+    with pytest.raises(_RolledBack), store.write() as conn:  # what add writes on its own
+        messages.append_messages(conn, "s1", ROWS, fence=routes.Fence(new, now=6, ttl=30))
+        alone = outbox.add(conn, **{k: getattr(reply, k) for k in _REPLY_FIELDS})
+        expected = _outbox_rows(conn)
+        raise _RolledBack
+    with store.write() as conn:
+        fence = routes.Fence(new, now=6, ttl=30)
+        if store.dialect != "postgresql":
+            written = messages.append_messages(conn, "s1", ROWS, fence=fence, reply=reply)
+        else:
+            with pg_round_trips(conn, tmp_path) as trips:
+                written = messages.append_messages(conn, "s1", ROWS, fence=fence, reply=reply)
+            assert trips == [1]
+    with store.read() as conn:
+        rows = _outbox_rows(conn)
+        stored = [(m.role, m.content) for m in messages.transcript(conn, "s1")]
+    assert alone is not None and written is not None
+    # The sequence moved on past the rolled-back row's id; all else is the same.
+    assert [row[1:] for row in rows] == [row[1:] for row in expected]
+    assert written == dataclasses.replace(alone, id=int(str(rows[0][0])))
+    assert (written.status, written.attempts) == (
+        (outbox.SENT, 1) if delivered else (outbox.PENDING, 0)
+    )
+    assert stored == [("user", "hi"), ("assistant", "hello")]
+
+
+def test_a_reply_carried_by_an_append_under_a_stale_fence_is_not_written(store: Store) -> None:
+    old, _ = _leased(store)
+    reply = outbox.Reply(platform="cli", chat_id="c1", text="hello", now=6, session_id="s1")
+    with pytest.raises(LeaseLost), store.write() as conn:
+        messages.append_messages(
+            conn, "s1", ROWS, fence=routes.Fence(old, now=6, ttl=30), reply=reply
+        )
+    with store.read() as conn:
+        assert _outbox_rows(conn) == []
+
+
+def test_a_reply_after_more_rows_than_one_statement_takes_follows_them(store: Store) -> None:
+    """Past eight rows the rest of the messages follow the first statement, and the reply them
+    (its own statement, as before)."""
+    _, new = _leased(store)
+    rows = [messages.NewRow("user" if n % 2 else "assistant", f"m{n}", 5 + n) for n in range(11)]
+    reply = outbox.Reply(platform="cli", chat_id="c1", text="done", now=20, session_id="s1")
+    with store.write() as conn:
+        fence = routes.Fence(new, now=6, ttl=30)
+        written = messages.append_messages(conn, "s1", rows, fence=fence, reply=reply)
+    with store.read() as conn:
+        stored = [m.content for m in messages.transcript(conn, "s1")]
+        (row,) = _outbox_rows(conn)
+    assert written is not None and written.id == row[0] and written.text == "done"
+    assert stored == [f"m{n}" for n in range(11)]
+
+
+def test_a_reply_to_a_missing_session_is_not_written(store: Store) -> None:
+    _, new = _leased(store)
+    reply = outbox.Reply(platform="cli", chat_id="c1", text="hello", now=6, session_id="gone")
+    with pytest.raises(SessionNotFound), store.write() as conn:
+        messages.append_messages(
+            conn, "gone", ROWS, fence=routes.Fence(new, now=6, ttl=30), reply=reply
+        )
+    with store.read() as conn:
+        assert _outbox_rows(conn) == []
+
+
+_REPLY_FIELDS = (
+    "platform",
+    "chat_id",
+    "text",
+    "now",
+    "turn_id",
+    "session_id",
+    "thread_id",
+    "reply_to",
+    "delivered",
+)
+
+
+def _titles(conn: Connection) -> dict[str, tuple[str | None, str | None]]:
+    rows = conn.execute(
+        select(sessions_table.c.id, sessions_table.c.title, sessions_table.c.title_source)
+    )
+    return {row.id: (row.title, row.title_source) for row in rows}
+
+
+def test_an_auto_title_is_written_as_set_title_writes_it_in_fewer_round_trips(
+    store: Store, tmp_path: Path
+) -> None:
+    """The first exchange's title: written as `set_title` writes it (AUTO) when the session has
+    none and the title is free (3 round trips on PostgreSQL: the look, the look for a holder
+    and the write in one statement, in its savepoint); nothing for a titled or missing session;
+    a taken title still takes its distinct form."""
+    with store.write() as conn:
+        for n, name in enumerate(("a", "b", "c")):
+            create_session(conn, session_id=name, source="cli", now=1 + n)
+        set_title(conn, "b", "Mine", TitleSource.USER)
+    with store.write() as conn:
+        if store.dialect != "postgresql":
+            written = write_auto_title(conn, "a", "Zebra notes")
+        else:
+            with pg_round_trips(conn, tmp_path) as trips:
+                written = write_auto_title(conn, "a", "Zebra notes")
+            assert trips == [3]
+        assert written == "Zebra notes"
+        assert write_auto_title(conn, "b", "Other notes") is None  # titled already
+        assert write_auto_title(conn, "gone", "Gone notes") is None
+        assert write_auto_title(conn, "c", "Zebra notes") == "Zebra notes (2)"
+    with store.read() as conn:
+        assert _titles(conn) == {
+            "a": ("Zebra notes", TitleSource.AUTO.label),
+            "b": ("Mine", TitleSource.USER.label),
+            "c": ("Zebra notes (2)", TitleSource.AUTO.label),
+        }
+
+
+def test_an_auto_title_taken_meanwhile_by_another_transaction_takes_its_distinct_form(
+    store: Store,
+) -> None:
+    """Another transaction gives the title to another session after our look: its unique index
+    refuses ours once that commits; the savepoint keeps our transaction, and the general path
+    writes the distinct form (PostgreSQL: SQLite has one writer, nothing can come between)."""
+    if store.dialect != "postgresql":
+        pytest.skip("one writer at a time on SQLite")
+    with store.write() as conn:
+        create_session(conn, session_id="a", source="cli", now=1)
+        create_session(conn, session_id="b", source="cli", now=2)
+    taking = threading.Event()
+
+    def other() -> None:
+        with store.write() as conn:
+            set_title(conn, "a", "Zebra notes", TitleSource.USER)
+            taking.set()
+            time.sleep(0.5)  # ours looks now, finds it free, and waits on the index
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    assert taking.wait(10)
+    with store.write() as conn:
+        written = write_auto_title(conn, "b", "Zebra notes")
+        create_session(conn, session_id="c", source="cli", now=3)  # the transaction goes on
+    thread.join()
+    assert written == "Zebra notes (2)"
+    with store.read() as conn:
+        titles = _titles(conn)
+    assert (titles["a"][0], titles["b"][0], titles["c"][0]) == (
+        "Zebra notes",
+        "Zebra notes (2)",
+        None,
+    )
+
+
+def test_a_sessions_first_turn_is_given_the_session_it_made_as_stored(
+    settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    """The claim that makes the key's session gives the model the record it inserted, not a
+    read of it: the same as the stored row, counters at their start. On PostgreSQL the claim is
+    6 round trips (BEGIN, lease, next turn with its route, the session made and attached,
+    running with the history, COMMIT; a look for a free id, the insert, the attach and a read
+    of the session made 9), in the first turn's drain of 23 with this test's own read (3), the
+    outcome's 11 and the delivery's 3."""
+    seen: list[tuple[SessionRecord, SessionRecord]] = []
+
+    def reply(request: AgentRequest) -> str:
+        with store.read() as conn:
+            seen.append((request.session, require_session(conn, request.session.id)))
+        return f"reply to {request.turn.text}"
+
+    rt, _ = make_runtime(settings, store, ScriptedAgent(reply=reply))
+    key = accept(store, rt.waker, turn(0), settings=settings, clock=time.time).session_key
+    if store.dialect != "postgresql":
+        assert drain(rt, key).ran == 1
+    else:
+        with pg_store_round_trips(store, tmp_path) as trips:
+            assert drain(rt, key).ran == 1
+        assert trips == [23]
+    ((given, stored),) = seen
+    assert given == stored and given.message_count == 0
+
+
+def _session_and_route(conn: Connection, key: str) -> tuple[dict[str, object], str | None]:
+    """The session a route points at (its columns but id and times) and that id."""
+    session_id = conn.execute(
+        select(routes_table.c.session_id).where(routes_table.c.session_key == key)
+    ).scalar_one()
+    row = conn.execute(select(sessions_table).where(sessions_table.c.id == session_id)).one()
+    kept = {
+        k: v for k, v in row._mapping.items() if k not in ("id", "started_at", "last_active_at")
+    }
+    return kept, session_id
+
+
+def test_a_new_session_is_made_and_attached_as_create_session_and_attach_do(
+    store: Store, tmp_path: Path
+) -> None:
+    """PostgreSQL: `create_attached` writes the session `create_session` writes and points the
+    route at it as `attach` does, in one round trip; a taken id writes nothing."""
+    if store.dialect != "postgresql":
+        pytest.skip("create_attached is PostgreSQL's (SQLite runs create_session and attach)")
+    columns: dict[str, Any] = {"user_id": "u1", "chat_id": "c1", "chat_type": "dm", "model": "m"}
+    with store.write() as conn:
+        for n, key in enumerate(("k1", "k2")):
+            inbox.record_turn(conn, turn(n, chat=key), SessionKey(key, shared=False), now=1)
+    with store.write() as conn:
+        create_session(conn, session_id="s1", source="cli", now=2, session_key="k1", **columns)
+        route_sessions.attach(conn, "k1", "s1", 2)
+    with store.write() as conn, pg_round_trips(conn, tmp_path) as trips:
+        made = create_attached(
+            conn, session_id="s2", source="cli", now=2, key="k2", session_key="k2", **columns
+        )
+    assert trips == [1]
+    with store.write() as conn:
+        taken = create_attached(
+            conn, session_id="s1", source="cli", now=3, key="k2", session_key="k2", **columns
+        )
+    with store.read() as conn:
+        one, one_id = _session_and_route(conn, "k1")
+        two, two_id = _session_and_route(conn, "k2")
+        assert made == require_session(conn, "s2")
+        count = conn.execute(select(func.count()).select_from(sessions_table)).scalar_one()
+    assert (one_id, two_id, taken, count) == ("s1", "s2", None, 2)
+    assert {**one, "session_key": "k2"} == two
+
+
+def test_a_new_sessions_id_passes_over_one_taken(
+    settings: Settings, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim of a key's first turn makes its session under an id nobody holds (a taken one
+    is passed over, as free_session_id passes over it) and points the route at it."""
+    ids = iter(["20260101_000000_taken1", "20260101_000000_fresh1"])
+    for module in (drain_claim, compression):
+        monkeypatch.setattr(module, "new_session_id", lambda *_a, **_k: next(ids))
+    with store.write() as conn:
+        create_session(conn, session_id="20260101_000000_taken1", source="cli", now=1)
+    rt, _ = make_runtime(settings, store)
+    key = accept(store, rt.waker, turn(0), settings=settings, clock=time.time).session_key
+    assert drain(rt, key).ran == 1
+    with store.read() as conn:
+        made, session_id = _session_and_route(conn, key)
+        taken = require_session(conn, "20260101_000000_taken1")
+    assert session_id == "20260101_000000_fresh1"
+    assert (made["session_key"], made["message_count"], taken.message_count) == (key, 2, 0)

@@ -107,6 +107,10 @@ def autotitle(rt: Runtime, session_id: str) -> str:
 def write_auto_title(conn: Connection, session_id: str, title: str) -> str | None:
     """Inside a write: give an untitled session `title` (or the next free one of its lineage).
     Returns the title written, or None when the session has one already (or is gone)."""
+    if conn.dialect.name == "postgresql":
+        written = _untitled_in_one(conn, session_id, title)
+        if written is not None:
+            return title if written else None
     current = session_rows.get_session(conn, session_id)
     if current is None or current.title is not None:
         return None
@@ -116,6 +120,18 @@ def write_auto_title(conn: Connection, session_id: str, title: str) -> str | Non
         title = lineage.distinct_title(conn, validate_title(title))
         session_rows.set_title(conn, session_id, title, TitleSource.AUTO)
     return title
+
+
+def _untitled_in_one(conn: Connection, session_id: str, title: str) -> bool | None:
+    """PostgreSQL's usual case of `write_auto_title` (the title is free): the look at the
+    session, the look for another holder and the write as one statement in its savepoint
+    (`session_rows.title_untitled`), 3 round trips instead of 6. None: take the general path
+    (the title is another session's or not valid; that path looks again and decides as ever)."""
+    try:
+        clean = validate_title(title)
+        return session_rows.title_untitled(conn, session_id, clean, TitleSource.AUTO)
+    except (TitleError, TitleInUse):
+        return None
 
 
 def offline_now(rt: Runtime, users: list[str]) -> tuple[bool, str | None]:
