@@ -220,6 +220,7 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
     monkeypatch.setattr(limits, "BATCH", batch)
     monkeypatch.setattr(limits, "MAX_WINDOWS", 1000)
     monkeypatch.setattr(limits, "PAIRS_BIAS", 0 if drive == "words" else 1e9, raising=postgresql)
+    monkeypatch.setattr(limits, "COUNTED_BIAS", 0 if drive == "words" else 1e9, raising=postgresql)
     monkeypatch.setattr(
         limits, "FEW_PAIRS", 1e9 if drive == "pairs at once" else -1, raising=postgresql
     )
@@ -235,7 +236,7 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
     assert _hits(store, Order.NEWEST, '"walrus pad"') == ids[::-1]
     assert _hits(store, Order.OLDEST, '"walrus pad"') == ids
     assert _hits(store, Order.NEWEST, '"pad walrus"') == []
-    bias = limits.PAIRS_BIAS
+    bias, counted = limits.PAIRS_BIAS, getattr(limits, "COUNTED_BIAS", None)
     for window in (1, 4, 256):
         monkeypatch.setattr(limits, "RANK_WINDOW", window)
         ranked = _hits(store, Order.RELEVANCE, '"walrus pad"')
@@ -246,8 +247,10 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
             assert sorted(ranked[at : at + window]) == sorted(newest[at : at + window]), window
         if postgresql:
             monkeypatch.setattr(limits, "PAIRS_BIAS", 0)
+            monkeypatch.setattr(limits, "COUNTED_BIAS", 0)
             assert ranked == _hits(store, Order.RELEVANCE, '"walrus pad"'), window
             monkeypatch.setattr(limits, "PAIRS_BIAS", bias)
+            monkeypatch.setattr(limits, "COUNTED_BIAS", counted)
 
 
 @pytest.mark.parametrize("trial", [0, 10**9])
