@@ -10,13 +10,17 @@ import pytest
 from sqlalchemy import text
 
 from shared.db import Store
+from shared.search.backend import Filters, Order
+from shared.search.postgresql import words
 from shared.search.postgresql.compiler import compile_pairs, compile_words
 from shared.search.postgresql.limits import PROBE_SQL
 from shared.search.postgresql.words import Words
 from shared.search.query import parse
-from tests.integration.search_kit import Log, call, ids
+from tests.integration.search_kit import Log, backend_of, call, ids, limits_of
 
 pytestmark = pytest.mark.both_databases
+
+ROLES = ("user", "assistant")
 
 TEXTS = {
     "side": "the config file is read at start",
@@ -154,3 +158,35 @@ def test_a_phrase_probe_reads_the_pairs_index(store: Store, log: Log) -> None:
         plan = "\n".join(str(row[0]) for row in conn.exec_driver_sql(sql, tuple(params)))
     assert "ix_messages_search_pairs" in plan, plan
     assert ids(call(store, query='"the config"')) == ["s"]
+
+
+@pytest.mark.parametrize("adjacent", [3, 40])
+def test_a_phrase_outside_the_statistics_is_driven_by_its_counted_pairs(
+    store: Store, log: Log, monkeypatch: pytest.MonkeyPatch, adjacent: int
+) -> None:
+    """On PostgreSQL a phrase whose pairs the planner estimates like any key outside the
+    statistics has them counted: driven by them when they hold at most COUNTED_BIAS times the
+    rows its words are estimated at, else by its words; the estimate it carries on is the
+    count. Both ways find the same messages, on both databases."""
+    texts = [f"walrus tusk note {i}" for i in range(adjacent)]
+    texts += [f"tusk of a walrus {i}" for i in range(40)]  # both words, not side by side
+    log.session("s", texts)
+    assert len(call(store, query='"walrus tusk"', limit=10)["results"]) == 1
+    expected = log.ids["s"][:adjacent]
+    backend = backend_of(store)
+    with store.read() as conn:
+        found = backend.hits(conn, parse('"walrus tusk"'), Filters(roles=ROLES), Order.NEWEST)
+        assert [hit.message_id for hit in found] == expected[::-1]
+    if store.dialect != "postgresql":
+        return
+    tree = parse('"walrus tusk"').tree
+    tsquery = compile_words(tree) or ""
+    with store.read() as conn:
+        db = conn.connection.driver_connection
+        monkeypatch.setattr(limits_of(store), "COUNTED_BIAS", 10**9)
+        by_pairs = words.driven(db, tree, tsquery, ROLES)
+        monkeypatch.setattr(limits_of(store), "COUNTED_BIAS", 0)
+        by_words = words.driven(db, tree, tsquery, ROLES)
+    assert by_pairs.pairs is not None
+    assert by_pairs.estimate == adjacent  # counted, not estimated
+    assert by_words.pairs is None

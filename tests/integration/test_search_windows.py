@@ -87,7 +87,17 @@ def test_windows_find_every_match_once_in_every_order(
         assert _hits(store, Order.RELEVANCE) == _ranked(matches, window), window
 
 
-PREFIX_READINGS = ["direct 1", "direct 5", "direct 37", "direct 1000000", "at once", "windows"]
+PREFIX_READINGS = [
+    "direct 1",
+    "direct 5",
+    "direct 37",
+    "direct 1000000",
+    "direct 1 then index",
+    "direct 5 then index",
+    "direct 37 then index",
+    "at once",
+    "windows",
+]
 
 
 @pytest.mark.parametrize("reading", PREFIX_READINGS)
@@ -96,18 +106,24 @@ def test_a_prefix_finds_every_match_once_however_it_is_read(
     store: Store, log: Log, monkeypatch: pytest.MonkeyPatch, batch: int, reading: str
 ) -> None:
     """On PostgreSQL a prefix the planner takes for common first walks the primary key over the
-    newest (oldest) DIRECT_IDS ids, then reads the rest window by window (`direct N`: the
-    direct window's edge inside a batch, on one, or past them all); past the probe, a sparser
-    one is read at once or in windows, always as bitmaps. Each finds exactly what one query
-    over every id finds, in every order."""
+    newest (oldest) DIRECT_IDS ids (`direct N`: the direct window's edge inside a batch, on one,
+    or past them all), and goes on walking as far as the density it found says the rest lies;
+    `then index`: the walk is taken for dearer than the word index, which reads the rest from a
+    window sized by that density, then window by window. Past the probe, a sparser one is read
+    at once or in windows, always as bitmaps. Each finds exactly what one query over every id
+    finds, in every order."""
     limits = limits_of(store)
     postgresql = store.dialect == "postgresql"
     matches = _write(log)
     monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0, raising=postgresql)
     if reading.startswith("direct"):
-        monkeypatch.setattr(limits, "COMMON", 0, raising=postgresql)  # taken for common
+        monkeypatch.setattr(limits, "WALK_OVER", 0, raising=postgresql)  # taken for common
         monkeypatch.setattr(limits, "DIRECT_IDS", int(reading.split()[1]), raising=postgresql)
+        if reading.endswith("then index"):
+            monkeypatch.setattr(limits, "WALK_COST", 10**9, raising=postgresql)
+            monkeypatch.setattr(limits, "FEW", 0, raising=postgresql)  # not probed
     else:
+        monkeypatch.setattr(limits, "WALK_OVER", 10**9, raising=postgresql)
         monkeypatch.setattr(limits, "COMMON", 10**9, raising=postgresql)
         monkeypatch.setattr(limits, "FEW", 0, raising=postgresql)  # probed: too many
         monkeypatch.setattr(
@@ -149,12 +165,12 @@ def test_a_dense_prefix_fills_its_first_batch_without_its_index_entry(
     limits = limits_of(store)
     _write(log)
     monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0)
-    monkeypatch.setattr(limits, "COMMON", 0)  # the planner takes it for common
+    monkeypatch.setattr(limits, "WALK_OVER", 0)  # the planner takes it for common
     monkeypatch.setattr(limits, "BATCH", 3)
     monkeypatch.setattr(limits, "RANK_WINDOW", 3)
     monkeypatch.setattr(limits, "DIRECT_IDS", 20)  # holds 3 matches however the ids run
     assert _word_index_scans(store, "walr*", order) == (3, 0)
-    monkeypatch.setattr(limits, "COMMON", 10**9)  # not taken for common: probed by its index
+    monkeypatch.setattr(limits, "WALK_OVER", 10**9)  # not taken for common: probed by its index
     taken, scans = _word_index_scans(store, "walr*", order)
     assert taken == 3
     assert scans >= 1
@@ -204,6 +220,7 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
     monkeypatch.setattr(limits, "BATCH", batch)
     monkeypatch.setattr(limits, "MAX_WINDOWS", 1000)
     monkeypatch.setattr(limits, "PAIRS_BIAS", 0 if drive == "words" else 1e9, raising=postgresql)
+    monkeypatch.setattr(limits, "COUNTED_BIAS", 0 if drive == "words" else 1e9, raising=postgresql)
     monkeypatch.setattr(
         limits, "FEW_PAIRS", 1e9 if drive == "pairs at once" else -1, raising=postgresql
     )
@@ -219,7 +236,7 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
     assert _hits(store, Order.NEWEST, '"walrus pad"') == ids[::-1]
     assert _hits(store, Order.OLDEST, '"walrus pad"') == ids
     assert _hits(store, Order.NEWEST, '"pad walrus"') == []
-    bias = limits.PAIRS_BIAS
+    bias, counted = limits.PAIRS_BIAS, getattr(limits, "COUNTED_BIAS", None)
     for window in (1, 4, 256):
         monkeypatch.setattr(limits, "RANK_WINDOW", window)
         ranked = _hits(store, Order.RELEVANCE, '"walrus pad"')
@@ -230,8 +247,10 @@ def test_a_phrase_finds_the_same_matches_whichever_index_drives_it(
             assert sorted(ranked[at : at + window]) == sorted(newest[at : at + window]), window
         if postgresql:
             monkeypatch.setattr(limits, "PAIRS_BIAS", 0)
+            monkeypatch.setattr(limits, "COUNTED_BIAS", 0)
             assert ranked == _hits(store, Order.RELEVANCE, '"walrus pad"'), window
             monkeypatch.setattr(limits, "PAIRS_BIAS", bias)
+            monkeypatch.setattr(limits, "COUNTED_BIAS", counted)
 
 
 @pytest.mark.parametrize("trial", [0, 10**9])

@@ -48,6 +48,7 @@ from shared.search.postgresql.rows import parents as parents
 from shared.search.postgresql.rows import recent_sessions as recent_sessions
 from shared.search.postgresql.rows import sessions_by_id as sessions_by_id
 from shared.search.postgresql.substrings import substring_hits as _substring_hits
+from shared.search.postgresql.windows import without_jit as _without_jit
 from shared.search.postgresql.words import Words as Words
 from shared.search.postgresql.words import driven as _driven
 from shared.search.postgresql.words import ordered_words as _ordered_words
@@ -59,6 +60,7 @@ from shared.search.routing import merge, routes
 def hits(conn: Connection, query: Query, filters: Filters, order: Order) -> Iterator[Hit]:
     """Matching messages, best first for the order, each once; lazy, so callers stop early."""
     db = _db(conn)
+    _without_jit(db)
     routed = routes(query)
     streams: list[Iterator[Hit]] = []
     for word_tree, plain in ((routed.words, False), (routed.plain_words, True)):

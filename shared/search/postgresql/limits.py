@@ -25,11 +25,22 @@ WINDOW_MIN_SPAN = 50_000
 # about half the rarest of them (6,162 rows at 1.5M messages): a few thousand rows at most.
 FEW_PAIRS = 8000
 PAIRS_BIAS = 4  # how much more rows a phrase's pairs may be estimated at and still drive it
+# A phrase whose pairs are estimated at most FEW_PAIRS rows (outside the statistics: the estimate
+# is the same for every such key) has its pairs' rows counted (`words._counted`, the bitmap of
+# the pairs index alone) and is driven by them unless they are more than COUNTED_BIAS times the
+# rows its words are estimated at (the planner counts words as if they met by chance: 2.5 to 7
+# times too few for the bench's phrases at 1.5M messages).
+COUNTED_BIAS = 2
 WINDOW_SHARES = (64, 16, 4)
-# A prefix query first reads the newest (oldest) this many ids by walking the primary key
-# (`words.direct_edge`): a dense prefix fills a batch there without its index entry, which GIN
-# builds whole (every word it expands to) for each query that reads it.
-DIRECT_IDS = 8192
+# A prefix query the planner expects in more than WALK_OVER messages first reads the newest
+# (oldest) DIRECT_IDS ids by walking the primary key (`words.direct_edge`): a dense prefix fills
+# a batch there without its index entry, which GIN builds whole (every word it expands to) for
+# each query that reads it. The walk goes on while the ids it expects to walk for the rest, times
+# WALK_COST, are fewer than the matches the prefix has at the density found (GIN lists each of
+# them: ~2 us a match, a walk ~3 us a row, at 1.5M messages on a busy 2-core machine).
+WALK_OVER = FEW
+DIRECT_IDS = 2048
+WALK_COST = 1.5
 # Past the probe, a prefix with at most this many matches (by `words._spread`) is read at once, in
 # one bitmap over every id: each of its rows is then fetched to find the newest, which for
 # 8,000-17,000 matches cost more (145-260 ms at 1.5M messages) than reading windows.

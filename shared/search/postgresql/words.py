@@ -123,12 +123,46 @@ def driven(db: DB, tree: Node, tsquery: str, roles: Sequence[str]) -> Words:
     # estimated as half the rarest of them (6,162 for 'again one', which is in 141 rows). So the
     # pairs drive unless the words are far more selective (`"in the" quokka`).
     read_by_words = estimated_rows(db, Words(tsquery.replace(" <-> ", " & ")))
+    if by_pairs <= limits.FEW_PAIRS:
+        # Every key outside the statistics is estimated alike: '"eswiexing code"' at 6,162
+        # rows by its pair (11 rows) and 1,288 by its words (3,284 re-checked, 110-180 ms
+        # driven by them); '"quiessooxs from"' the same 6,162 by a pair whose key it shares
+        # with a common one (4,562 rows) and 620 by its words (872). So the pair is counted.
+        counted = _counted(db, pairs)
+        if counted is not None:
+            if counted <= limits.COUNTED_BIAS * read_by_words:
+                return Words(tsquery, pairs, float(counted))
+            return Words(tsquery, None, by_words)
     if by_pairs < limits.PAIRS_BIAS * read_by_words:
         return Words(tsquery, pairs, by_pairs)
     return Words(tsquery, None, by_words)
 
 
-def reading(db: DB, words: Words, order: Order) -> tuple[Words, list[int] | None, list[int]]:
+COUNT_SQL = (
+    "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) SELECT 1 FROM messages AS m"
+    f" WHERE {ddl.pairs()} @@ %s::tsquery AND {ddl.paired()} LIMIT 1"
+)
+
+
+def _counted(db: DB, pairs: str) -> int | None:
+    """The rows of the pairs index holding `pairs` (a key outside the statistics: a few
+    thousand at most), from the bitmap the index scan builds whole before the first row is
+    fetched (about a millisecond; LIMIT 1 fetches one row). None: the plan read no bitmap."""
+    with _index_only(db):
+        row = db.execute(COUNT_SQL, [pairs]).fetchone()
+    assert row is not None
+    plans = [row[0][0]["Plan"]]
+    while plans:
+        plan = plans.pop()
+        if plan["Node Type"] == "Bitmap Index Scan":
+            return int(plan["Actual Rows"])
+        plans.extend(plan.get("Plans", []))
+    return None
+
+
+def reading(
+    db: DB, words: Words, order: Order, walked: tuple[float, int | None, int] | None = None
+) -> tuple[Words, list[int] | None, list[int]]:
     """How a word query's matches are read: (the query, marked `at_once` or not; the few
     matches probed, or None; the id windows).
 
@@ -143,11 +177,20 @@ def reading(db: DB, words: Words, order: Order) -> tuple[Words, list[int] | None
     match is fetched to find the newest ('cruc*', 11,500 matches: 145-245 ms). More are
     read window by window. A query driven by pairs is not probed (the pairs index names a few
     thousand rows at most, which the probe would read twice): at once when the planner expects
-    at most FEW_PAIRS of them, else window by window ('in the', 8,737 rows by its pairs)."""
+    at most FEW_PAIRS of them, else window by window ('in the', 8,737 rows by its pairs).
+    `walked`: (matches per id, cursor, matches wanted) where a prefix's walk of the primary key
+    stopped (`_Matches`); found in more than FEW messages at that density, it is not probed
+    and its first window holds twice the wanted matches at that density, so one bitmap
+    usually serves the read ('ieth':*, 7,000 matches: 52 in the newest 1/64 window; the 1/16
+    and 1/4 windows each built its bitmap again)."""
     if words.pairs is not None:
         if words.estimate is not None and words.estimate <= limits.FEW_PAIRS:
             return replace(words, at_once=True), None, []
         return words, None, _windows(db, None, order)
+    if walked is not None:
+        sized = _sized(db, order, *walked)
+        if sized is not None:
+            return words, None, sized
     found = _few(db, words)
     if found is not None and len(found) <= limits.FEW:
         return words, found, []
@@ -155,6 +198,23 @@ def reading(db: DB, words: Words, order: Order) -> tuple[Words, list[int] | None
     if found is not None and _spread(db, found) <= at_once:
         return replace(words, at_once=True), None, []
     return words, None, _windows(db, None, order)
+
+
+def _sized(
+    db: DB, order: Order, density: float, cursor: int | None, wanted: int
+) -> list[int] | None:
+    """The windows past `cursor` of a prefix found at `density` (matches per id) by its walk:
+    the first sized for twice `wanted` matches, then those of `windows` beyond it; None when
+    at that density the prefix has at most FEW matches (the probe lists them)."""
+    ids = _id_range(db)
+    if ids is None or cursor is None or density * (ids[1] - ids[0] + 1) <= limits.FEW:
+        return None
+    first = _toward(order, cursor, 2 * wanted / density)
+    if not ids[0] < first < ids[1]:
+        return []
+    oldest = order is Order.OLDEST
+    later = [e for e in _windows(db, None, order) if (e > first if oldest else e < first)]
+    return [first, *later]
 
 
 def _spread(db: DB, oldest: list[int]) -> float:
@@ -173,16 +233,19 @@ Query = Callable[[int | None, int | None, int], tuple[str, list[object]]]
 
 def direct_edge(db: DB, words: Words, order: Order) -> int | None:
     """The edge of the newest (for OLDEST, the oldest) DIRECT_IDS ids, which a prefix query
-    reads first by walking the primary key; None for any other query, or a small id range.
+    reads first by walking the primary key (`_Matches` walks on while that is cheaper than the
+    word index); None for any other query, or a small id range.
 
     GIN answers a prefix by building the bitmap of every word it expands to, whichever ids are
-    asked: 'prea':* (84,000 matches at 1.5M messages) took 35-70 ms per statement, and the probe
-    and the first window each built it (p99 119 ms). Walking the newest ids, a dense prefix
-    fills a batch within a few thousand rows. Only a prefix the planner expects more than COMMON
-    matches of is read so: a sparse one would check DIRECT_IDS rows for a few matches first."""
+    asked, about 2 us a match on a busy 2-core machine: 'snoo':* (69,000 matches at 1.5M
+    messages) took 145 ms per statement, and the probe and the first window each built it.
+    Walking the newest ids, a dense prefix fills a window within a few thousand rows. Only a
+    prefix the planner expects in more than WALK_OVER messages is read so: a sparse one would
+    check DIRECT_IDS rows for a few matches first. (The estimate is low for a prefix, 5,757 for
+    each of 'ieth':* to 'troo':*, 7,000 to 65,000 matches, so only the sparsest are left out.)"""
     if words.pairs is not None or not words.prefix:
         return None
-    if words.estimate is None or words.estimate <= limits.COMMON:
+    if words.estimate is None or words.estimate <= limits.WALK_OVER:
         return None
     ids = _id_range(db)
     if ids is None or ids[1] - ids[0] < limits.WINDOW_MIN_SPAN:
@@ -191,12 +254,24 @@ def direct_edge(db: DB, words: Words, order: Order) -> int | None:
     return low + limits.DIRECT_IDS if order is Order.OLDEST else high - limits.DIRECT_IDS
 
 
+def _toward(order: Order, edge: int, ids: float) -> int:
+    """`ids` past `edge`, the way a walk in `order` goes."""
+    step = max(int(ids), 1)
+    return edge + step if order is Order.OLDEST else edge - step
+
+
 class _Matches:
     """A word query's matches in id order, `rows(cursor, limit)` at a time: exactly what one
     query over every id returns. A prefix's `direct_edge` window is read first by walking the
-    primary key; how the rest is read (`reading`: the probe, at once or window by window) is
-    decided only once a read goes past it, so a dense prefix never builds its bitmap.
-    `query_for(words, few)` makes the statement for one way of reading."""
+    primary key; when it is used up short of a window, the walk goes on as far as the density
+    of the matches it found says the rest lies (twice that), while walking those ids is expected
+    to cost less than GIN's bitmap of all the prefix's matches (WALK_COST rows walked for one
+    match listed: its matches in the whole id range, at that density). How the rest is read
+    (`reading`: the probe, at once or window by window) is decided only once a read goes past
+    the walk, so a dense prefix never builds its bitmap; a prefix the walk found dense is not
+    probed (its probe would build the bitmap once more) and its first window is sized to hold
+    the rest of the read at that density. `query_for(words, few)` makes the statement for one
+    way of reading."""
 
     def __init__(
         self,
@@ -210,20 +285,53 @@ class _Matches:
         self._order = order
         self._query_for = query_for
         self._direct = direct_edge(db, words, order)
+        self._walking = self._direct is not None
+        self._walked = 0  # matches the walk has returned, all of them up to its edge
+        self._density: float | None = None  # matches per id where the walk stopped
         self._planned: tuple[Words, list[int] | None, list[int]] | None = None
 
-    def rows(self, cursor: int | None, limit: int) -> list[Any]:
+    def _direct_rows(self, cursor: int | None, limit: int) -> tuple[list[Any], int | None, bool]:
+        """The walk's rows past `cursor`: (rows, the cursor to go on from, whether the walk
+        has read every match: it went on to the end of the id range)."""
         rows: list[Any] = []
-        edge = self._direct
-        if edge is not None and not _passed(self._order, cursor, edge):
-            sql, params = self._query_for(self._words, None)(cursor, edge, limit)
+        while self._walking and not _passed(self._order, cursor, self._direct):
+            edge = self._direct  # None: on to the end of the id range
+            sql, params = self._query_for(self._words, None)(cursor, edge, limit - len(rows))
             with _key_walk(self._db):
-                rows = self._db.execute(sql, params).fetchall()
+                got = self._db.execute(sql, params).fetchall()
+            rows += got
+            self._walked += len(got)
             if len(rows) >= limit:
-                return rows
+                break
+            if edge is None:
+                return rows, cursor, True
             cursor = _beyond(self._order, edge)
+            self._walking, self._direct = self._further(edge, limit - len(rows))
+        return rows, cursor, False
+
+    def _further(self, edge: int, wanted: int) -> tuple[bool, int | None]:
+        """Whether the walk goes on past `edge` for `wanted` more matches, and to where (None:
+        to the end of the id range); when it stops, the rest is read from the word index."""
+        ids = _id_range(self._db)
+        if ids is None or self._walked == 0:
+            return False, None
+        low, high = ids
+        start = low if self._order is Order.OLDEST else high
+        density = self._walked / max(abs(edge - start), 1)
+        self._density = density
+        walk = wanted / density
+        if walk * limits.WALK_COST > density * (high - low + 1):
+            return False, None
+        further = _toward(self._order, edge, 2 * walk)
+        return True, further if low < further < high else None
+
+    def rows(self, cursor: int | None, limit: int) -> list[Any]:
+        rows, cursor, every = self._direct_rows(cursor, limit)
+        if len(rows) >= limit or every:
+            return rows
         if self._planned is None:
-            self._planned = reading(self._db, self._words, self._order)
+            dense = None if self._density is None else (self._density, cursor, limit - len(rows))
+            self._planned = reading(self._db, self._words, self._order, dense)
         words, few, edges = self._planned
         if few == []:
             return rows
@@ -235,16 +343,21 @@ class _Matches:
 def ordered_words(
     db: DB, words: Words, filters: Filters, order: Order, plain: bool
 ) -> Iterator[Hit]:
+    """Matches in id order. The filters come before the words in the statements (here and in
+    `ranked_words`): PostgreSQL checks conditions of equal cost in the order written, and on a
+    walk of the primary key the role is then checked before the words, whose tsvector a tool
+    message keeps out of line (8,014 buffers instead of 13,767 for 'prai':* in its newest ids)."""
+
     def query_for(words: Words, few: list[int] | None) -> Query:
         def query(past: int | None, edge: int | None, n: int) -> tuple[str, list[object]]:
             params: list[object] = []
+            join, where = _filter_sql(filters, params)
             matching = words.matching(params)
             inside = _within(few, params)
             bound = _past(order, past, params, words.ids) + _edge(order, edge, params, words.ids)
-            join, where = _filter_sql(filters, params)
             return (
                 f"SELECT m.id, m.session_id FROM messages AS m{join}"
-                f" WHERE {matching}{inside}{bound}{where}{_plain(plain)}"
+                f" WHERE TRUE{where} AND {matching}{inside}{bound}{_plain(plain)}"
                 f" ORDER BY m.id {_direction(order)} LIMIT {n}",
                 params,
             )
@@ -269,16 +382,16 @@ def ranked_words(db: DB, words: Words, filters: Filters, plain: bool) -> Iterato
     def query_for(words: Words, few: list[int] | None) -> Query:
         def query(past: int | None, edge: int | None, n: int) -> tuple[str, list[object]]:
             params: list[object] = [words.tsquery]
+            join, where = _filter_sql(filters, params)
             matching = words.matching(params)
             inside = _within(few, params)
             bound = _past(Order.NEWEST, past, params, words.ids)
             bound += _edge(Order.NEWEST, edge, params, words.ids)
-            join, where = _filter_sql(filters, params)
             return (
                 f"SELECT w.id, w.session_id, ts_rank(w.search_words, %s::tsquery,"
                 f" {limits.RANK_NORMALIZATION}) FROM (SELECT m.id, m.session_id, m.search_words"
-                f" FROM messages AS m{join} WHERE {matching}{inside}{bound}"
-                f"{where}{_plain(plain)} ORDER BY m.id DESC LIMIT {n}) AS w",
+                f" FROM messages AS m{join} WHERE TRUE{where} AND {matching}{inside}{bound}"
+                f"{_plain(plain)} ORDER BY m.id DESC LIMIT {n}) AS w",
                 params,
             )
 
