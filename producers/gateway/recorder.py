@@ -82,6 +82,7 @@ class Recorder:
         self._queue: deque[Waiting] = deque()  # guarded by _lock, with _busy and _lingering
         self._busy = False  # the worker thread is taking batches
         self._lingering = False  # the worker thread waits on _more for turns (wake-ups wait)
+        self._telling = False  # a call to _tell is scheduled on the loop
         self._more = threading.Condition(self._lock)
         self._wakes: list[WakeUp] = []  # claimed, not yet published (the worker thread's)
         self._published = -WAKE_EVERY  # time.monotonic() of the last publish (worker thread)
@@ -101,12 +102,21 @@ class Recorder:
         with self._lock:
             self._queue.append((item, future))
             start, self._busy = not self._busy, True
-            if self._lingering:  # told once: the turns queued until it wakes come with this one
-                self._lingering = False
-                self._more.notify()
+            tell = self._lingering and not self._telling
+            self._telling = self._telling or tell
         if start:
             self._worker = self.loop.create_task(self._run(), name="record turns")
+        elif tell:  # after the requests this loop pass already has: they join the batch
+            self.loop.call_soon(self._tell)
         return await future
+
+    def _tell(self) -> None:
+        """Wake the lingering worker thread, once for every turn queued until now."""
+        with self._lock:
+            self._telling = False
+            if self._lingering:
+                self._lingering = False
+                self._more.notify()
 
     async def settled(self) -> None:
         """Wait until every queued turn is recorded and its wake-up sent."""
