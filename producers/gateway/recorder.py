@@ -44,6 +44,7 @@ from anyio import CapacityLimiter, to_thread
 
 from producers.intake import (
     Accepted,
+    Before,
     Checked,
     WakeUp,
     checked,
@@ -90,14 +91,16 @@ class Recorder:
         self._worker: asyncio.Task[None] | None = None
         self._slot = CapacityLimiter(1)
 
-    async def record(self, turn: InboundTurn) -> Accepted:
+    async def record(self, turn: InboundTurn, before: Before | None = None) -> Accepted:
         """Returns once `turn` is committed. Raises TurnRejected (nothing written) for a bad
         turn, or the store's error if its unit or its transaction failed.
+
+        `before` (a receiver's own write) is committed in the turn's unit of work, ahead of it.
 
         `woken` is True: a worker is woken by a wake-up now queued, by one already on its way,
         or by the drain holding the session; if the queued one is not sent, redrive wakes it.
         """
-        item = checked(turn, self._settings)
+        item = checked(turn, self._settings, before)
         future: asyncio.Future[Accepted] = self.loop.create_future()
         with self._lock:
             self._queue.append((item, future))
