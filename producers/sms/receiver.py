@@ -71,7 +71,7 @@ def single(fields: Fields) -> dict[str, str]:
 def twiml(text: str | None = None) -> Response:
     """The webhook's answer: nothing to send now, or one message."""
     if not text:
-        return Response(_empty_twiml(), media_type="text/xml")
+        return _empty_twiml()
     from twilio.twiml.messaging_response import MessagingResponse
 
     answer = MessagingResponse()
@@ -80,12 +80,13 @@ def twiml(text: str | None = None) -> Response:
 
 
 @functools.cache
-def _empty_twiml() -> str:
-    """The usual answer, built by twilio's own TwiML once: serialising it through ElementTree
-    for every request cost about as much as the HMAC of its signature check."""
+def _empty_twiml() -> Response:
+    """The usual answer, built by twilio's own TwiML once (and one Response, only read when
+    sent): serialising it through ElementTree for every request cost about as much as the
+    HMAC of its signature check."""
     from twilio.twiml.messaging_response import MessagingResponse
 
-    return str(MessagingResponse())
+    return Response(str(MessagingResponse()), media_type="text/xml")
 
 
 class SmsReceiver:

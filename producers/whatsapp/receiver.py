@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 SIGNATURE_HEADER = "x-hub-signature-256"
 PREFIX = "sha256="
 OK = b'{"ok": true}'
+# The usual answer, one object for every request: a Response is only read when sent, and
+# building one (its headers encoded) was a few us a request for the same bytes.
+ACK = Response(OK, media_type="application/json")
 
 
 def sign(app_secret: str, body: bytes) -> str:
@@ -111,7 +114,7 @@ class WhatsAppReceiver:
         except BadRequest as exc:
             return exc.response()
         task = BackgroundTask(self.send_refusals, refusals) if refusals else None
-        return Response(OK, media_type="application/json", background=task)
+        return Response(OK, media_type="application/json", background=task) if task else ACK
 
     async def handle(self, payload: dict[str, Any]) -> list[tuple[InboundTurn, str]]:
         """Record the payload's turns in order; returns the refusals to send.
