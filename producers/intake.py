@@ -43,6 +43,11 @@ class Accepted:
     woken: bool
 
 
+# A receiver's own write that must be committed with a turn, before it (Teams: where replies
+# to the turn's conversation go); it raises to fail the turn.
+Before = Callable[[Connection], None]
+
+
 @dataclass(frozen=True, slots=True)
 class Checked:
     """A turn that passed validation, with its session key and command: ready to record."""
@@ -50,6 +55,7 @@ class Checked:
     turn: InboundTurn
     key: SessionKey
     command: Command | None
+    before: Before | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,16 +78,19 @@ def key_for(turn: InboundTurn, settings: Settings) -> SessionKey:
     )
 
 
-def checked(turn: InboundTurn, settings: Settings) -> Checked:
+def checked(turn: InboundTurn, settings: Settings, before: Before | None = None) -> Checked:
     """Raises shared.turns.TurnRejected, before anything is written, for a bad turn. Text no
-    database can store (NUL, a lone surrogate) is normalised first, the same on both."""
+    database can store (NUL, a lone surrogate) is normalised first, the same on both.
+    `before` is written in the turn's unit of work, ahead of it."""
     turn = storable_turn(turn)
     validate_turn(turn, max_text_chars=settings.pipeline.max_text_chars)
-    return Checked(turn, key_for(turn, settings), parse_command(turn.text))
+    return Checked(turn, key_for(turn, settings), parse_command(turn.text), before)
 
 
 def record(conn: Connection, item: Checked, now: float) -> inbox.Recorded:
     """Record one checked turn (a redelivered event is a no-op), claiming its wake-up."""
+    if item.before is not None:
+        item.before(conn)
     kind = "command" if item.command else "message"
     key = in_shared_room(conn, item)
     recorded = inbox.record_turn(conn, item.turn, key, now=now, kind=kind, claim_wake=True)
@@ -155,6 +164,9 @@ def record_all(
 
 def record_batch(conn: Connection, items: Sequence[Checked], clock: Clock) -> list[inbox.Recorded]:
     """`record` for each of `items`, in order, as one unit of work (inbox.record_turns)."""
+    for item in items:
+        if item.before is not None:
+            item.before(conn)
     arriving = [
         inbox.Arriving(
             item.turn, in_shared_room(conn, item), "command" if item.command else "message", clock()

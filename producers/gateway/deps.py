@@ -22,7 +22,7 @@ from typing import Any
 
 from producers.gateway.metrics import GatewayMetrics
 from producers.gateway.recorder import Recorder
-from producers.intake import Accepted, accept
+from producers.intake import Accepted, Before, accept
 from shared.db import Store
 from shared.ports import Clock, Waker
 from shared.settings import PlatformSettings, Settings
@@ -105,9 +105,10 @@ class Gateway:
             self.metrics.turn(turn.platform, duplicate=accepted.duplicate)
         return accepted
 
-    async def record(self, turn: InboundTurn) -> Accepted:
-        """Record in a worker thread, batched; returns once committed. Raises TurnRejected."""
-        accepted = await self._recorder_here().record(turn)
+    async def record(self, turn: InboundTurn, before: Before | None = None) -> Accepted:
+        """Record in a worker thread, batched; returns once committed. Raises TurnRejected.
+        `before`: the receiver's own write, committed with the turn, ahead of it."""
+        accepted = await self._recorder_here().record(turn, before)
         if self.metrics is not None:
             self.metrics.turn(turn.platform, duplicate=accepted.duplicate)
         return accepted

@@ -44,6 +44,7 @@ from anyio import CapacityLimiter, to_thread
 
 from producers.intake import (
     Accepted,
+    Before,
     Checked,
     WakeUp,
     checked,
@@ -82,6 +83,7 @@ class Recorder:
         self._queue: deque[Waiting] = deque()  # guarded by _lock, with _busy and _lingering
         self._busy = False  # the worker thread is taking batches
         self._lingering = False  # the worker thread waits on _more for turns (wake-ups wait)
+        self._telling = False  # a call to _tell is scheduled on the loop
         self._more = threading.Condition(self._lock)
         self._wakes: list[WakeUp] = []  # claimed, not yet published (the worker thread's)
         self._published = -WAKE_EVERY  # time.monotonic() of the last publish (worker thread)
@@ -89,24 +91,35 @@ class Recorder:
         self._worker: asyncio.Task[None] | None = None
         self._slot = CapacityLimiter(1)
 
-    async def record(self, turn: InboundTurn) -> Accepted:
+    async def record(self, turn: InboundTurn, before: Before | None = None) -> Accepted:
         """Returns once `turn` is committed. Raises TurnRejected (nothing written) for a bad
         turn, or the store's error if its unit or its transaction failed.
+
+        `before` (a receiver's own write) is committed in the turn's unit of work, ahead of it.
 
         `woken` is True: a worker is woken by a wake-up now queued, by one already on its way,
         or by the drain holding the session; if the queued one is not sent, redrive wakes it.
         """
-        item = checked(turn, self._settings)
+        item = checked(turn, self._settings, before)
         future: asyncio.Future[Accepted] = self.loop.create_future()
         with self._lock:
             self._queue.append((item, future))
             start, self._busy = not self._busy, True
-            if self._lingering:  # told once: the turns queued until it wakes come with this one
-                self._lingering = False
-                self._more.notify()
+            tell = self._lingering and not self._telling
+            self._telling = self._telling or tell
         if start:
             self._worker = self.loop.create_task(self._run(), name="record turns")
+        elif tell:  # after the requests this loop pass already has: they join the batch
+            self.loop.call_soon(self._tell)
         return await future
+
+    def _tell(self) -> None:
+        """Wake the lingering worker thread, once for every turn queued until now."""
+        with self._lock:
+            self._telling = False
+            if self._lingering:
+                self._lingering = False
+                self._more.notify()
 
     async def settled(self) -> None:
         """Wait until every queued turn is recorded and its wake-up sent."""

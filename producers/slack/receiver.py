@@ -32,6 +32,9 @@ from shared.surrogates import scrub
 from shared.turns import InboundTurn, TurnRejected
 
 log = logging.getLogger(__name__)
+# The usual answer, one object for every request: a Response is only read when sent, and
+# building one (its headers encoded) was a few us a request for the same bytes.
+ACK = Response(status_code=200)
 
 
 class SlackReceiver:
@@ -75,7 +78,7 @@ class SlackReceiver:
         except BadRequest as exc:
             return exc.response()
         task = BackgroundTask(self.send_refusal, *refusal) if refusal else None
-        return Response(status_code=200, background=task)
+        return Response(status_code=200, background=task) if task else ACK
 
     async def _command(self, body: bytes) -> Response:
         try:
@@ -84,7 +87,7 @@ class SlackReceiver:
         except (UnicodeDecodeError, BadEvent) as exc:
             raise BadRequest(400, f"bad slash command: {exc}") from None
         if isinstance(result, Ignored):
-            return Response(status_code=200)
+            return ACK
         refusal = self.gateway.refusal_for(result)
         if refusal is not None:
             return JSONResponse({"response_type": "ephemeral", "text": refusal or "…"})
@@ -92,7 +95,7 @@ class SlackReceiver:
             await self.gateway.record(result)
         except TurnRejected as exc:
             return JSONResponse({"response_type": "ephemeral", "text": str(exc)})
-        return Response(status_code=200)
+        return ACK
 
     # --- both modes ---
 

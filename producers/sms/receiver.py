@@ -18,6 +18,7 @@ comes later through the outbox and the sender), or, once an hour for a number no
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from urllib.parse import parse_qsl
@@ -69,12 +70,23 @@ def single(fields: Fields) -> dict[str, str]:
 
 def twiml(text: str | None = None) -> Response:
     """The webhook's answer: nothing to send now, or one message."""
+    if not text:
+        return _empty_twiml()
     from twilio.twiml.messaging_response import MessagingResponse
 
     answer = MessagingResponse()
-    if text:
-        answer.message(text)
+    answer.message(text)
     return Response(str(answer), media_type="text/xml")
+
+
+@functools.cache
+def _empty_twiml() -> Response:
+    """The usual answer, built by twilio's own TwiML once (and one Response, only read when
+    sent): serialising it through ElementTree for every request cost about as much as the
+    HMAC of its signature check."""
+    from twilio.twiml.messaging_response import MessagingResponse
+
+    return Response(str(MessagingResponse()), media_type="text/xml")
 
 
 class SmsReceiver:

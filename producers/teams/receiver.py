@@ -12,8 +12,9 @@ committed; activities that are not turns are acked and ignored.
 Replies go to the activity's `serviceUrl` (the Bot Framework picks it per tenant and region):
 it is trusted only once the token has passed, since the token's `serviceurl` claim must name
 it, and only under `service_urls` (the Bot Framework's hosts by default) or on `api_base`'s
-origin: 403 otherwise. Before the turn is recorded, the URL is stored for its conversation
-(state.db's platform_cursors, account `service_url:<chat id>`) where the sender finds it; this
+origin: 403 otherwise. The URL is stored for its conversation (state.db's platform_cursors,
+account `service_url:<chat id>`), where the sender finds it, in the turn's own transaction
+ahead of the turn (the Recorder's batch: no thread hop or transaction of its own); this
 process remembers what it stored, so only a new conversation or a moved one costs a write.
 A user not on the allow-list gets one short refusal, sent after the ack, to that URL.
 
@@ -25,15 +26,14 @@ minutes at most (whichever is first), in a bounded map of this process.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
 import httpx
-from anyio import to_thread
 from botbuilder.schema import Activity
 from botframework.connector.auth import (
     ChannelValidation,
@@ -47,6 +47,7 @@ from starlette.responses import Response
 from producers.gateway.body import BadRequest, media_type, parse_json, read_body
 from producers.gateway.deps import Gateway
 from producers.teams.translate import BadPayload, Ignored, service_url, translate
+from shared.db import Connection
 from shared.platforms.teams import (
     SCOPE,
     SERVICE_URL_CURSOR,
@@ -60,6 +61,9 @@ from shared.turns import InboundTurn, TurnRejected
 log = logging.getLogger(__name__)
 
 OK = b'{"ok": true}'
+# The usual answer, one object for every request: a Response is only read when sent, and
+# building one (its headers encoded) was a few us a request for the same bytes.
+ACK = Response(OK, media_type="application/json")
 TIMEOUT = 10.0
 REMEMBER_SECONDS = 600.0
 REMEMBERED = 1024
@@ -73,10 +77,6 @@ class TeamsReceiver:
         self._app_id = conf.app_id
         self._credentials = SimpleCredentialProvider(conf.app_id, "")
         self._stored: OrderedDict[str, str] = OrderedDict()  # chat id → service URL stored
-        self._urls_queued: dict[str, str] = {}
-        self._urls_waiting: list[asyncio.Future[None]] = []
-        self._urls_writer: asyncio.Task[None] | None = None
-        self._urls_loop: asyncio.AbstractEventLoop | None = None
         self._passed: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         # botframework-connector reads the metadata URL from this class attribute (None: the
         # Bot Framework's own); one Teams receiver per process sets it.
@@ -119,7 +119,7 @@ class TeamsReceiver:
         except BadRequest as exc:
             return exc.response()
         task = BackgroundTask(self.send_refusal, *refusal) if refusal else None
-        return Response(OK, media_type="application/json", background=task)
+        return Response(OK, media_type="application/json", background=task) if task else ACK
 
     async def handle(self, payload: dict[str, Any]) -> tuple[InboundTurn, str, str] | None:
         """Record the activity's turn; returns a refusal to send (turn, text, service URL).
@@ -139,53 +139,18 @@ class TeamsReceiver:
         refusal = self.gateway.refusal_for(result)
         if refusal is not None:
             return (result, refusal, url) if refusal else None
-        if self._stored.get(result.chat_id) != url:
-            await self._store_service_url(result.chat_id, url)
+        chat_id = result.chat_id
+        storing = self._stored.get(chat_id) != url
         try:
-            await self.gateway.record(result)
+            await self.gateway.record(result, partial(_save_url, chat_id, url) if storing else None)
         except TurnRejected as exc:
             raise BadRequest(400, f"not recorded: {exc}") from None
-        return None
-
-    async def _store_service_url(self, chat_id: str, url: str) -> None:
-        """Where replies to `chat_id` go from now on, stored before its turn is. The URLs of
-        the activities that arrive while one write runs go in the next write together (one
-        transaction each, as the Recorder does for turns); raises what the store raised."""
-        loop = asyncio.get_running_loop()
-        if self._urls_loop is not loop:  # a new event loop (tests): what the old one held is gone
-            self._urls_loop, self._urls_writer = loop, None
-            self._urls_queued, self._urls_waiting = {}, []
-        done: asyncio.Future[None] = loop.create_future()
-        self._urls_queued[chat_id] = url
-        self._urls_waiting.append(done)
-        if self._urls_writer is None or self._urls_writer.done():
-            self._urls_writer = asyncio.create_task(self._write_urls(), name="teams urls")
-        await done
-
-    async def _write_urls(self) -> None:
-        while self._urls_queued:
-            batch, waiting = self._urls_queued, self._urls_waiting
-            self._urls_queued, self._urls_waiting = {}, []
-            try:
-                await to_thread.run_sync(self._save_urls, batch)
-            except Exception as exc:
-                for future in waiting:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            for chat_id, url in batch.items():  # on the event loop: no lock needed
-                self._stored[chat_id] = url
-                self._stored.move_to_end(chat_id)
+        if storing:  # committed: on the event loop, so no lock is needed
+            self._stored[chat_id] = url
+            self._stored.move_to_end(chat_id)
             while len(self._stored) > REMEMBERED:
                 self._stored.popitem(last=False)
-            for future in waiting:
-                if not future.done():
-                    future.set_result(None)
-
-    def _save_urls(self, batch: dict[str, str]) -> None:
-        with self.gateway.store.write() as conn:
-            for chat_id, url in batch.items():
-                cursors.save(conn, TEAMS, SERVICE_URL_CURSOR + chat_id, url)
+        return None
 
     def send_refusal(self, turn: InboundTurn, text: str, url: str) -> None:
         """Reply to the refused message (a worker thread; best effort)."""
@@ -215,3 +180,8 @@ class TeamsReceiver:
                 )
         except (httpx.HTTPError, ValueError) as exc:
             log.info("teams refusal not sent: %s", type(exc).__name__)
+
+
+def _save_url(chat_id: str, url: str, conn: Connection) -> None:
+    """Where replies to `chat_id` go from now on (in its turn's transaction, ahead of it)."""
+    cursors.save(conn, TEAMS, SERVICE_URL_CURSOR + chat_id, url)

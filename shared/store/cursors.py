@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from shared.db.conflict import InsertOrSkip
+from shared.db.prepared import Prepared
 from shared.db.schema import platform_cursors as table
 
 _INSERT = InsertOrSkip(
     table, ("platform", "account", "cursor", "updated_at"), keys=("platform", "account")
+)
+# Built and compiled once: Teams saves a conversation's service URL with its first turn (and
+# whenever this process has forgotten it), where a Core UPDATE built per call cost more than
+# the rest of the write.
+_UPDATE = Prepared(
+    update(table)
+    .where(table.c.platform == bindparam("b_platform"), table.c.account == bindparam("b_account"))
+    .values(cursor=bindparam("b_cursor"), updated_at=bindparam("b_at"))
 )
 
 
@@ -33,10 +42,8 @@ def save(
 ) -> None:
     """Store `cursor` for (platform, account), replacing the one before."""
     at = time.time() if now is None else now
-    where = (table.c.platform == platform, table.c.account == account)
-    values = {"cursor": cursor, "updated_at": at}
-    changed = conn.execute(update(table).where(*where).values(**values))
-    if changed.rowcount == 0:
-        row = {"platform": platform, "account": account, **values}
+    values = {"b_platform": platform, "b_account": account, "b_cursor": cursor, "b_at": at}
+    if _UPDATE.rowcount(conn, values) == 0:
+        row = {"platform": platform, "account": account, "cursor": cursor, "updated_at": at}
         if _INSERT.rowcount(conn, row) == 0:
-            conn.execute(update(table).where(*where).values(**values))
+            _UPDATE.rowcount(conn, values)

@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from producers.gateway import recorder
 from producers.gateway.recorder import Recorder
+from producers.intake import Accepted
 from shared.db import Store
 from shared.db.schema import routes as routes_table
 from shared.ports import RecordingWaker
@@ -82,3 +83,40 @@ def test_a_turn_after_a_quiet_spell_is_published_at_once(
 
     asyncio.run(main())
     assert waker.published == [[_key("a")], [_key("b")]]
+
+
+def test_turns_queued_in_one_loop_pass_while_the_thread_lingers_go_in_one_batch(
+    settings: Settings, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lingering thread is told after the loop's pass, not by the first of its turns: it
+    takes them all at once (one transaction), not the first alone and the rest after."""
+    monkeypatch.setattr(recorder, "WAKE_EVERY", 1.0)  # it lingers for the whole test
+    batches: list[int] = []
+    record_all = recorder.record_all
+
+    def counting(store: Store, items: Sequence[object], **kwargs: object) -> object:
+        batches.append(len(items))
+        time.sleep(0.01)  # a slow commit: the first one's thread could not race the others
+        return record_all(store, items, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(recorder, "record_all", counting)
+
+    async def main() -> None:
+        rec = Recorder(store, BatchRecording(), settings, time.time)
+        await rec.record(turn(1, "a"))  # starts the thread, which then lingers
+        for _ in range(200):  # until it waits for more
+            if rec._lingering:
+                break
+            await asyncio.sleep(0.005)
+        assert rec._lingering
+
+        async def one(chat: str) -> Accepted:
+            time.sleep(0.005)  # this request's other work: the thread could run meanwhile
+            return await rec.record(turn(1, chat))
+
+        accepted = await asyncio.gather(*(one(chat) for chat in "bcdef"))
+        assert [a.session_key for a in accepted] == [_key(chat) for chat in "bcdef"]
+        await rec.settled()
+
+    asyncio.run(main())
+    assert batches == [1, 5]

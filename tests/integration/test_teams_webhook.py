@@ -20,9 +20,10 @@ from producers.gateway.app import create_app
 from producers.gateway.deps import Gateway
 from producers.teams.plugin import PLUGIN
 from shared.db import Store, open_store
-from shared.platforms.teams import TeamsSettings
+from shared.platforms.teams import SERVICE_URL_CURSOR, TEAMS, TeamsSettings
 from shared.ports import RecordingWaker
 from shared.settings import Settings, load_settings
+from shared.store import cursors
 from tests.fakes.bot_connector import FakeBotConnector
 from tests.fakes.golden import load
 
@@ -133,3 +134,47 @@ def test_the_signing_keys_are_fetched_before_serving_and_a_failure_is_said(
     with caplog.at_level(logging.WARNING):
         asyncio.run(PLUGIN.starting(gateway, unreachable, {}))
     assert "the signing keys at http://127.0.0.1:9/openid/none could not be fetched" in caplog.text
+
+
+def test_a_conversations_service_url_is_committed_with_its_turn(
+    teams_settings: Settings, teams_store: Store, bot: FakeBotConnector
+) -> None:
+    """The URL goes in the turn's own transaction, ahead of it: a turn the store refuses leaves
+    no URL behind, and its redelivery stores both."""
+    with teams_store.write() as conn:
+        conn.execute(
+            text(
+                "CREATE TRIGGER refuse BEFORE INSERT ON inbox"
+                " BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+                if teams_store.dialect == "sqlite"
+                else "CREATE FUNCTION refuse() RETURNS trigger AS"
+                " $$ BEGIN RAISE EXCEPTION 'disk full'; END $$ LANGUAGE plpgsql"
+            )
+        )
+        if teams_store.dialect != "sqlite":
+            conn.execute(
+                text(
+                    "CREATE TRIGGER refuse BEFORE INSERT ON inbox"
+                    " FOR EACH ROW EXECUTE FUNCTION refuse()"
+                )
+            )
+    payload = activity(bot, "7")
+    chat = payload["conversation"]["id"]
+    app = create_app(Gateway(teams_settings, teams_store, RecordingWaker(), time.time))
+    headers = {"Authorization": f"Bearer {bot.token()}"}
+
+    def stored() -> str | None:
+        with teams_store.read() as conn:
+            return cursors.load(conn, TEAMS, SERVICE_URL_CURSOR + chat)
+
+    with TestClient(app) as client:
+        assert client.post("/teams/messages", json=payload, headers=headers).status_code == 503
+        assert (events(teams_store), stored()) == ([], None)
+        with teams_store.write() as conn:
+            conn.execute(
+                text(
+                    "DROP TRIGGER refuse" + ("" if teams_store.dialect == "sqlite" else " ON inbox")
+                )
+            )
+        assert client.post("/teams/messages", json=payload, headers=headers).status_code == 200
+    assert (len(events(teams_store)), stored()) == (1, bot.service_url)
