@@ -18,7 +18,6 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-from starlette._utils import get_route_path
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -105,8 +104,9 @@ class GatewayApp(Starlette):
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            endpoint = self._direct.get((scope["method"], get_route_path(scope)))
+        # Behind a proxy's root_path the router's own path matching applies (Starlette's).
+        if scope["type"] == "http" and not scope.get("root_path"):
+            endpoint = self._direct.get((scope["method"], scope["path"]))
             if endpoint is not None:
                 scope["app"] = self
                 scope["router"] = self.router

@@ -79,3 +79,18 @@ def test_a_webhook_reaches_its_endpoint_as_through_the_router(
         assert client.post("/slack/events", content=b"{}").status_code == 404
         assert client.get("/healthz").json()["receivers"] == ["telegram"]
     assert len(seeing.requests) == 2
+
+
+def test_behind_a_proxy_root_path_a_webhook_is_routed_by_starlette(
+    settings: Settings, store: Store
+) -> None:
+    """With a root_path (a proxy mounting the gateway under a prefix) the direct dispatch steps
+    aside and Starlette's router, which strips the prefix, finds the same endpoint."""
+    seeing = Seeing()
+    app = create_app(Gateway(settings, store, RecordingWaker(), time.time), {"telegram": seeing})
+    with TestClient(app, root_path="/hooks") as client:
+        answer = client.post("/hooks/telegram/webhook", content=b"hi")
+        assert answer.status_code == 200
+        assert answer.json()["body"] == "hi"
+        assert len(seeing.requests) == 1
+        assert client.post("/hooks/slack/events", content=b"{}").status_code == 404
