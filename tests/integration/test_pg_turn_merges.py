@@ -294,13 +294,21 @@ def test_a_turns_reply_is_written_with_its_messages_as_on_its_own(
     assert stored == [("user", "hi"), ("assistant", "hello")]
 
 
-def test_a_reply_carried_by_an_append_under_a_stale_fence_is_not_written(store: Store) -> None:
-    old, _ = _leased(store)
-    reply = outbox.Reply(platform="cli", chat_id="c1", text="hello", now=6, session_id="s1")
-    with pytest.raises(LeaseLost), store.write() as conn:
-        messages.append_messages(
-            conn, "s1", ROWS, fence=routes.Fence(old, now=6, ttl=30), reply=reply
-        )
+@pytest.mark.parametrize(
+    ("stale", "session", "refused"),
+    [(True, "s1", LeaseLost), (False, "gone", SessionNotFound)],
+    ids=["stale-fence", "missing-session"],
+)
+def test_a_reply_carried_by_a_refused_append_is_not_written(
+    store: Store, stale: bool, session: str, refused: type[Exception]
+) -> None:
+    """Under a stale fence, or for a session that is gone, the append and its reply are
+    refused together: no outbox row."""
+    old, new = _leased(store)
+    reply = outbox.Reply(platform="cli", chat_id="c1", text="hello", now=6, session_id=session)
+    fence = routes.Fence(old if stale else new, now=6, ttl=30)
+    with pytest.raises(refused), store.write() as conn:
+        messages.append_messages(conn, session, ROWS, fence=fence, reply=reply)
     with store.read() as conn:
         assert _outbox_rows(conn) == []
 
@@ -319,17 +327,6 @@ def test_a_reply_after_more_rows_than_one_statement_takes_follows_them(store: St
         (row,) = _outbox_rows(conn)
     assert written is not None and written.id == row[0] and written.text == "done"
     assert stored == [f"m{n}" for n in range(11)]
-
-
-def test_a_reply_to_a_missing_session_is_not_written(store: Store) -> None:
-    _, new = _leased(store)
-    reply = outbox.Reply(platform="cli", chat_id="c1", text="hello", now=6, session_id="gone")
-    with pytest.raises(SessionNotFound), store.write() as conn:
-        messages.append_messages(
-            conn, "gone", ROWS, fence=routes.Fence(new, now=6, ttl=30), reply=reply
-        )
-    with store.read() as conn:
-        assert _outbox_rows(conn) == []
 
 
 _REPLY_FIELDS = (
