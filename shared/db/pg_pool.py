@@ -26,15 +26,24 @@ little server work as it can:
   later, and every worker needing those rows would wait with it. No write of ours leaves its
   transaction idle for more than moments (nothing waits on a model or a platform inside one).
   Reads are not limited: they hold no row locks, and an export may stream to a slow pipe.
+- A unit of work that is one statement (a receiver's turn of a key that has a route) can run
+  with the connection in autocommit (`autocommitted`): PostgreSQL makes a lone statement its own
+  transaction, all of it or nothing, so BEGIN and COMMIT would only add two round trips. There
+  is no BEGIN to find a dead pooled connection, so the statement itself does: when it fails
+  and the connection is found broken, it is thrown away and the statement sent again on
+  another. The statement may have committed before the connection died (the reply lost on the
+  way), so only a statement that is safe to run twice may be sent this way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, exc
+
+T = TypeVar("T")
 
 PG_POOL_SIZE = 15
 PG_POOL_TIMEOUT = 30.0
@@ -70,6 +79,51 @@ def transaction(engine: Engine, *, read_only: bool) -> Iterator[Connection]:
         finally:
             if engine.pool is not pool:  # disposed (Engine.dispose puts a new pool in place)
                 conn.invalidate()
+
+
+def autocommitted(engine: Engine, statement: Callable[[Connection], T]) -> T:
+    """`statement(conn)`, which sends exactly one statement, committed on its own: the
+    connection is in autocommit (no BEGIN, no COMMIT), so that statement is its own transaction
+    and a failed one writes nothing. Returns its result once committed.
+
+    A dead pooled connection is found by the statement itself: when it fails and the connection
+    is broken, that connection is discarded and the statement runs again on another (as many
+    times as `transaction` would try a BEGIN). It may have committed before its connection
+    died, so it must be safe to run twice (the second run finding what the first wrote)."""
+    pool = engine.pool
+    last: Exception | None = None
+    for _ in range(_pool_size(engine) + 1):
+        # SQLAlchemy sets psycopg's `autocommit` (client side, no round trip) and puts the
+        # connection back to its default when it returns to the pool.
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            try:
+                return statement(conn)
+            except exc.DBAPIError as error:
+                if not _broken(conn, error):
+                    raise
+                last = error
+            finally:
+                if engine.pool is not pool:  # disposed meanwhile (see `transaction`)
+                    conn.invalidate()
+    assert last is not None
+    raise last
+
+
+def _broken(conn: Connection, error: exc.DBAPIError) -> bool:
+    """Whether `error` left `conn` dead (then invalidated here: never back into the pool).
+    Statements run on psycopg's own cursor (prepared.py) raise without SQLAlchemy having
+    looked at the connection, so its state is read here as `_send_begin` reads it."""
+    if error.connection_invalidated or conn.invalidated:
+        return True
+    if conn.dialect.driver != "psycopg":
+        return False
+    from psycopg import pq
+
+    pgconn = getattr(conn.connection.driver_connection, "pgconn", None)
+    if pgconn is None or pgconn.status == pq.ConnStatus.OK:
+        return False
+    conn.invalidate(error.orig)
+    return True
 
 
 def _begun(engine: Engine, begin: bytes) -> Connection:
