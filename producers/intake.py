@@ -87,14 +87,19 @@ def checked(turn: InboundTurn, settings: Settings, before: Before | None = None)
     return Checked(turn, key_for(turn, settings), parse_command(turn.text), before)
 
 
-def record(conn: Connection, item: Checked, now: float) -> inbox.Recorded:
-    """Record one checked turn (a redelivered event is a no-op), claiming its wake-up."""
+def record(
+    conn: Connection, item: Checked, now: float, *, unrouted: bool = False
+) -> inbox.Recorded:
+    """Record one checked turn (a redelivered event is a no-op), claiming its wake-up.
+    `unrouted`: `record_alone` has just found the turn's key without a route."""
     if item.before is not None:
         item.before(conn)
     kind = "command" if item.command else "message"
     key = in_shared_room(conn, item)
-    recorded = inbox.record_turn(conn, item.turn, key, now=now, kind=kind, claim_wake=True)
-    if not recorded.duplicate and item.command is not None and item.command.name == "stop":
+    recorded = inbox.record_turn(
+        conn, item.turn, key, now=now, kind=kind, claim_wake=True, unrouted=unrouted
+    )
+    if not recorded.duplicate and _stops(item):
         routes.request_stop(conn, key.key, now)
     return recorded
 
@@ -108,13 +113,33 @@ def in_shared_room(conn: Connection, item: Checked) -> SessionKey:
     of the room gives way to it, so anyone authorised in the room continues the session, as in
     a thread; once the session ends there (/new, a reset) the room is per user again. Keys of
     DMs, threads and rooms already shared are left as they are."""
-    turn, key = item.turn, item.key
-    if key.shared or turn.chat_type == DM or not turn.user_id:
-        return key
-    room = room_key(key.key, turn.user_id)
+    room = _room_to_look_up(item)
     if room is not None and route_sessions.shared_room(conn, room):
         return SessionKey(room, shared=True)
-    return key
+    return item.key
+
+
+def _room_to_look_up(item: Checked) -> str | None:
+    """The room key `in_shared_room` must look up for `item`, or None when it needs none."""
+    turn, key = item.turn, item.key
+    if key.shared or turn.chat_type == DM or not turn.user_id:
+        return None
+    return room_key(key.key, turn.user_id)
+
+
+def record_alone(conn: Connection, item: Checked, now: float) -> inbox.Recorded | inbox.Alone:
+    """PostgreSQL: `record` as its one statement (inbox.record_turn_alone), for
+    Store.commit_alone, or why it takes more (then `record` runs in a transaction, without
+    having sent anything here when the turn has its own write before it, must look up a
+    shared room, or is a /stop)."""
+    if item.before is not None or _room_to_look_up(item) is not None or _stops(item):
+        return inbox.Alone.TAKEN
+    kind = "command" if item.command else "message"
+    return inbox.record_turn_alone(conn, item.turn, item.key, now=now, kind=kind, claim_wake=True)
+
+
+def _stops(item: Checked) -> bool:
+    return item.command is not None and item.command.name == "stop"
 
 
 def wake_up_for(recorded: inbox.Recorded) -> WakeUp | None:
@@ -139,12 +164,28 @@ def accept(
     Raises shared.turns.TurnRejected, before anything is written, for a bad turn.
     """
     item = checked(turn, settings)
-    recorded = store.commit(lambda conn: record(conn, item, clock()))
+    recorded = record_one(store, item, clock)
     wake = wake_up_for(recorded)
     woken = wake is None or waker.drain(wake.session_key)
     if not woken and wake is not None:
         forget(store, [wake])
     return Accepted(recorded.turn_id, recorded.session_key, recorded.seq, recorded.duplicate, woken)
+
+
+def record_one(store: Store, item: Checked, clock: Clock) -> inbox.Recorded:
+    """Record `item` and return once committed.
+
+    On PostgreSQL a turn of a key that has a route is one statement (`record_alone`), written
+    without BEGIN … COMMIT around it (Store.commit_alone): one round trip instead of three.
+    Any turn that takes more (a key's first, one with a write before it, …) is `record`ed in
+    a transaction, as on SQLite."""
+    unrouted = False
+    if store.dialect == "postgresql":
+        alone = store.commit_alone(lambda conn: record_alone(conn, item, clock()))
+        if isinstance(alone, inbox.Recorded):
+            return alone
+        unrouted = alone is inbox.Alone.UNROUTED
+    return store.commit(lambda conn: record(conn, item, clock(), unrouted=unrouted))
 
 
 def record_all(
@@ -155,10 +196,14 @@ def record_all(
 
     First all together (`record_batch`: a few statements for the batch instead of three per
     turn); if that raises, it is rolled back and each turn is recorded on its own, so a turn
-    that cannot be recorded fails alone."""
+    that cannot be recorded fails alone. A lone turn is `record_one` first (on PostgreSQL one
+    statement, no transaction around it when its key has a route); if that raises, as before."""
     if len(items) > 1:
         with contextlib.suppress(Exception):
             return list(store.commit(lambda conn: record_batch(conn, items, clock)))
+    elif len(items) == 1 and store.dialect == "postgresql":
+        with contextlib.suppress(Exception):
+            return [record_one(store, items[0], clock)]
     return store.commit_each([_recording(item, clock) for item in items])
 
 

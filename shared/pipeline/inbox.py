@@ -7,6 +7,7 @@ re-exported here, so callers keep using `inbox.TurnRow`, `inbox.summary` and the
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -296,9 +297,9 @@ _RECORD_IN_ONE = {claim: _record_in_one(claim) for claim in (False, True)}
 
 def _record_existing_key(
     conn: Connection, row: dict[str, Any], key: SessionKey, now: float, claim_wake: bool
-) -> Recorded | None:
-    """PostgreSQL: record a turn in one round trip when its key has a route (None when it has
-    none yet: nothing was written, and the caller takes the first arrival's path)."""
+) -> Recorded | Alone:
+    """PostgreSQL: record a turn in one statement when its key has a route, else say why not
+    (Alone.UNROUTED: nothing was written, the caller takes the first arrival's path)."""
     params = {f"t_{c}": v for c, v in row.items() if c != "seq"}
     params.update(routes.bump_params(key.key, now, claim_wake))
     found = _RECORD_IN_ONE[claim_wake].first(conn, params)
@@ -306,10 +307,41 @@ def _record_existing_key(
     if found["seen_id"] is not None:
         return Recorded(found["seen_id"], found["seen_key"], found["seen_seq"], duplicate=True)
     if found["next_seq"] is None:
-        return None
+        return Alone.UNROUTED
     if found["turn_id"] is None:  # recorded meanwhile by another transaction (see record_turn)
-        return _recorded_meanwhile(conn, row["platform"], row["event_id"])
+        return Alone.TAKEN
     return _new_turn(int(found["turn_id"]), key, routes.arrival_from(found, now, claim_wake))
+
+
+class Alone(enum.Enum):
+    """Why `record_turn_alone` did not record its turn (`record_turn` must, in a transaction)."""
+
+    UNROUTED = "unrouted"  # the key has no route yet: nothing was written
+    TAKEN = "taken"  # another transaction recorded the event meanwhile (the key's counter moved)
+
+
+def record_turn_alone(
+    conn: Connection,
+    turn: InboundTurn,
+    key: SessionKey,
+    *,
+    now: float,
+    kind: str = "message",
+    claim_wake: bool = False,
+) -> Recorded | Alone:
+    """PostgreSQL: `record_turn` as exactly one statement, for a unit of work that is that
+    statement alone (Store.commit_alone: no BEGIN … COMMIT around it): the event's lookup,
+    the bump of the key's route and the turn's insert. Returns the turn recorded (or found:
+    a redelivery), else why not: then `record_turn` records it in a transaction, as a key's
+    first turn always was (told `unrouted` when that was why).
+
+    Safe to run twice (commit_alone runs it again when its connection died, perhaps after it
+    committed): the second run finds the event the first recorded, and answers as for a
+    redelivery. Two runs at once (the first still running on a backend that lost its client)
+    are two deliveries of one event at once: the unique (platform, event_id) lets one insert."""
+    return _record_existing_key(
+        conn, _turn_row(turn, key, 0, kind, now, None), key, now, claim_wake
+    )
 
 
 def _new_turn(turn_id: int, key: SessionKey, arrival: routes.Arrival) -> Recorded:
@@ -340,22 +372,34 @@ def record_turn(
     kind: str = "message",
     claim_wake: bool = False,
     flush_session_id: str | None = None,
+    unrouted: bool = False,
 ) -> Recorded:
     """Record `turn` unless its event was seen before; call inside one write transaction.
 
     With `claim_wake` the caller promises to send a wake-up after commit unless the result
-    says `lease_held` or `wake_pending`, and to call `forget_wake` if sending it fails."""
-    if conn.dialect.name == "postgresql":  # the key's route exists: one round trip
+    says `lease_held` or `wake_pending`, and to call `forget_wake` if sending it fails.
+
+    `unrouted` (PostgreSQL): `record_turn_alone` has just found neither the event nor the key's
+    route, so this goes straight to the key's first arrival. Whatever changed since is what
+    could change inside one transaction too (READ COMMITTED): a route made meanwhile is
+    bumped after all (routes.bump_arrival), an event recorded meanwhile stops the insert and
+    is found (as below)."""
+    unrouted = unrouted and conn.dialect.name == "postgresql"
+    if conn.dialect.name == "postgresql" and not unrouted:  # a key with a route: one round trip
         row = _turn_row(turn, key, 0, kind, now, flush_session_id)
         done = _record_existing_key(conn, row, key, now, claim_wake)
-        if done is not None:
+        if done is Alone.TAKEN:  # recorded meanwhile by another transaction (see below)
+            return _recorded_meanwhile(conn, turn.platform, turn.event_id)
+        if isinstance(done, Recorded):
             return done
-    else:  # (on PostgreSQL that statement found no such event)
+    elif not unrouted:  # (on PostgreSQL that statement found no such event)
         seen = find_event(conn, turn.platform, turn.event_id)
         if seen is not None:
             return seen
     place = routes.Place(turn.platform, turn.chat_id, turn.chat_type, turn.thread_id, turn.user_id)
-    arrival = routes.bump_arrival(conn, key.key, place, now, claim_wake=claim_wake)
+    arrival = routes.bump_arrival(
+        conn, key.key, place, now, claim_wake=claim_wake, unrouted=unrouted
+    )
     inserted = _INSERT_TURN.first(
         conn, _turn_row(turn, key, arrival.seq, kind, now, flush_session_id)
     )

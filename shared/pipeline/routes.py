@@ -222,11 +222,22 @@ class Place:
 
 
 def bump_arrival(
-    conn: Connection, key: str, place: Place, now: float, *, claim_wake: bool
+    conn: Connection,
+    key: str,
+    place: Place,
+    now: float,
+    *,
+    claim_wake: bool,
+    unrouted: bool = False,
 ) -> Arrival:
     """Bump the key's arrival counter (creating its route row); the row lock orders arrivals.
     Also says whether a drain holds the key's lease at this moment, and with `claim_wake`
-    whether a wake-up is already on its way (else marks the one the caller will send)."""
+    whether a wake-up is already on its way (else marks the one the caller will send).
+
+    `unrouted`: the caller has just seen the key without a route, so the row is made first
+    (a bump of the row made meanwhile by another arrival follows, as it would anyway)."""
+    if unrouted:
+        return _first_arrival(conn, key, place, now, claim_wake)
     found = _bump(conn, key, now, claim_wake=claim_wake)
     return found if found is not None else _first_arrival(conn, key, place, now, claim_wake)
 

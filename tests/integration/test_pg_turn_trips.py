@@ -4,14 +4,16 @@ the statements they replace (both databases: SQLite runs the statement-per-step 
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import exc, select
 
 from producers.intake import accept
-from shared.db import Store
+from shared.db import Connection, Store
 from shared.db.errors import SessionNotFound
+from shared.db.schema import inbox as inbox_table
 from shared.db.schema import leases as leases_table
 from shared.db.schema import outbox as outbox_table
 from shared.db.schema import routes as routes_table
@@ -22,6 +24,7 @@ from shared.settings import Settings
 from shared.store import messages
 from shared.store.sessions import create_session, require_session
 from tests.integration.storekit import pg_round_trips, pg_store_round_trips
+from tests.integration.test_pg_connections import hold_every_connection, terminate
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, transcript_of, turn
 from workers.agent.base import AgentRequest
 from workers.drain import drain
@@ -205,3 +208,112 @@ def test_each_turn_of_a_batch_is_given_the_history_its_predecessors_wrote(
         (4, "reply to message 1"),
     ]
     assert [t for _, _, t in seen] == [title] * 3  # as the session is (titled by a task)
+
+
+def test_a_receiver_turn_of_a_key_with_a_route_is_one_round_trip(
+    settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    """On PostgreSQL a turn of a key that has a route is one statement (the event's lookup, the
+    route's bump with the wake-up claim, the insert) committed on its own: no BEGIN, no COMMIT.
+    A key's first turn tries it (1: no route, nothing written), then makes the route and the
+    turn in a transaction (BEGIN, route, turn, COMMIT: 4). A redelivery is found by that one
+    statement (1). SQLite records them as before (a transaction each)."""
+    waker = make_runtime(settings, store)[0].waker
+
+    def counted() -> AbstractContextManager[list[int]]:
+        if store.dialect != "postgresql":
+            return nullcontext([])
+        return pg_store_round_trips(store, tmp_path)
+
+    with counted() as first_trips:
+        first = accept(store, waker, turn(0), settings=settings, clock=time.time)
+    with counted() as next_trips:
+        second = accept(store, waker, turn(1), settings=settings, clock=time.time)
+    with counted() as again_trips:
+        again = accept(store, waker, turn(1), settings=settings, clock=time.time)
+    assert (first.seq, second.seq, first.duplicate, second.duplicate) == (1, 2, False, False)
+    assert (again.turn_id, again.seq, again.duplicate) == (second.turn_id, 2, True)
+    with store.read() as conn:
+        rows = conn.execute(select(inbox_table.c.event_id, inbox_table.c.seq)).all()
+        route = conn.execute(select(routes_table.c.next_seq)).scalar_one()
+    assert sorted(tuple(r) for r in rows) == [("c1-0", 1), ("c1-1", 2)]
+    assert route == 2
+    if store.dialect == "postgresql":
+        assert (first_trips, next_trips, again_trips) == ([5], [1], [1])
+
+
+def test_a_lone_statement_that_fails_writes_nothing(store: Store) -> None:
+    """Store.commit_alone: a statement that fails midway (its second row breaks the routes'
+    primary key) leaves nothing of its first row, on PostgreSQL's autocommit as in a
+    transaction; the connection goes back to the pool usable (not left in autocommit)."""
+    row = (
+        "INSERT INTO routes"
+        " (session_key, platform, chat_id, chat_type, next_seq, created_at, updated_at) "
+    )
+    twice = row + "VALUES ('dup', 'cli', 'c', 'dm', 0, 1, 1), ('dup', 'cli', 'c', 'dm', 0, 1, 1)"
+    with pytest.raises(exc.IntegrityError):
+        store.commit_alone(lambda conn: conn.exec_driver_sql(twice))
+    with store.read() as conn:
+        assert conn.execute(select(routes_table.c.session_key)).all() == []
+    if store.dialect == "postgresql":  # every pooled connection is back out of autocommit
+        with ExitStack() as held:
+            raws = [held.enter_context(store.read()).connection.driver_connection for _ in range(3)]
+            assert [raw.autocommit for raw in raws] == [False] * 3  # type: ignore[union-attr]
+    with pytest.raises(RuntimeError), store.write() as conn:  # a transaction again: undone
+        conn.exec_driver_sql(row + "VALUES ('one', 'cli', 'c', 'dm', 0, 1, 1)")
+        raise RuntimeError("roll back")
+    with store.read() as conn:
+        assert conn.execute(select(routes_table.c.session_key)).all() == []
+
+
+def test_a_failed_turn_statement_leaves_the_route_unbumped(store: Store) -> None:
+    """The turn's one statement bumps the route before its insert fails (here: no kind): the
+    bump is not committed either."""
+    if store.dialect != "postgresql":
+        pytest.skip("the turn's one statement is PostgreSQL's")
+    key = SessionKey("k", shared=False)
+    with store.write() as conn:
+        inbox.record_turn(conn, turn(0), key, now=1)
+    with pytest.raises(exc.IntegrityError):
+        store.commit_alone(
+            lambda conn: inbox.record_turn_alone(conn, turn(1), key, now=2, kind=None)  # type: ignore[arg-type]
+        )
+    with store.read() as conn:
+        assert conn.execute(select(routes_table.c.next_seq)).scalar_one() == 1
+        assert conn.execute(select(inbox_table.c.event_id)).scalars().all() == ["c1-0"]
+
+
+def test_a_turn_whose_connection_died_after_it_committed_is_recorded_once(
+    settings: Settings, store: Store
+) -> None:
+    """The connection dies after the turn's lone statement committed, before its answer came
+    back: commit_alone runs it again on another connection, which finds the event (as a
+    redelivery's), so the turn is in the inbox once and the route bumped once. A redelivery
+    after its pooled connection was terminated is found the same way."""
+    if store.dialect != "postgresql":
+        pytest.skip("autocommit and its retry on a dead connection are PostgreSQL's")
+    key = SessionKey("k", shared=False)
+    with store.write() as conn:
+        first = inbox.record_turn(conn, turn(0), key, now=1, claim_wake=True)
+    runs: list[inbox.Recorded | inbox.Alone] = []
+
+    def record_then_die(conn: Connection) -> inbox.Recorded | inbox.Alone:
+        runs.append(inbox.record_turn_alone(conn, turn(1), key, now=2, claim_wake=True))
+        if len(runs) == 1:  # committed (autocommit); now the backend goes before we hear back
+            conn.exec_driver_sql("SELECT pg_terminate_backend(pg_backend_pid())")
+        return runs[-1]
+
+    found = store.commit_alone(record_then_die)
+    assert len(runs) == 2 and isinstance(runs[0], inbox.Recorded) and not runs[0].duplicate
+    assert isinstance(found, inbox.Recorded)
+    assert (found.turn_id, found.seq, found.duplicate) == (runs[0].turn_id, 2, True)
+    terminate(store, hold_every_connection(store))
+    again = store.commit_alone(
+        lambda conn: inbox.record_turn_alone(conn, turn(1), key, now=3, claim_wake=True)
+    )
+    assert isinstance(again, inbox.Recorded) and again.duplicate
+    assert again.turn_id == found.turn_id
+    with store.read() as conn:
+        rows = conn.execute(select(inbox_table.c.event_id, inbox_table.c.seq)).all()
+        assert conn.execute(select(routes_table.c.next_seq)).scalar_one() == 2
+    assert sorted(tuple(r) for r in rows) == [("c1-0", first.seq), ("c1-1", 2)]
