@@ -129,13 +129,17 @@ def _room_to_look_up(item: Checked) -> str | None:
 
 def record_alone(conn: Connection, item: Checked, now: float) -> inbox.Recorded | inbox.Alone:
     """PostgreSQL: `record` as its one statement (inbox.record_turn_alone), for
-    Store.commit_alone, or why it takes more (then `record` runs in a transaction, without
-    having sent anything here when the turn has its own write before it, must look up a
-    shared room, or is a /stop)."""
-    if item.before is not None or _room_to_look_up(item) is not None or _stops(item):
-        return inbox.Alone.TAKEN
+    Store.commit_alone, when `one_statement(item)`; else why it was not recorded (then `record`
+    does it in a transaction)."""
     kind = "command" if item.command else "message"
     return inbox.record_turn_alone(conn, item.turn, item.key, now=now, kind=kind, claim_wake=True)
+
+
+def one_statement(item: Checked) -> bool:
+    """Whether `record` can be one statement for `item` (when its key has a route): not when
+    the turn has its own write before it, its room must be looked up for a shared handoff, or
+    it is a /stop (which marks the route)."""
+    return item.before is None and _room_to_look_up(item) is None and not _stops(item)
 
 
 def _stops(item: Checked) -> bool:
@@ -180,7 +184,7 @@ def record_one(store: Store, item: Checked, clock: Clock) -> inbox.Recorded:
     Any turn that takes more (a key's first, one with a write before it, …) is `record`ed in
     a transaction, as on SQLite."""
     unrouted = False
-    if store.dialect == "postgresql":
+    if store.dialect == "postgresql" and one_statement(item):
         alone = store.commit_alone(lambda conn: record_alone(conn, item, clock()))
         if isinstance(alone, inbox.Recorded):
             return alone

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import exc, select
 
-from producers.intake import accept
+from producers.intake import accept, checked, record_all
 from shared.db import Connection, Store
 from shared.db.errors import SessionNotFound
 from shared.db.schema import inbox as inbox_table
@@ -231,15 +231,22 @@ def test_a_receiver_turn_of_a_key_with_a_route_is_one_round_trip(
         second = accept(store, waker, turn(1), settings=settings, clock=time.time)
     with counted() as again_trips:
         again = accept(store, waker, turn(1), settings=settings, clock=time.time)
+    with counted() as stop_trips:  # a /stop also marks the route: its transaction as before
+        stop = accept(store, waker, turn(2, text="/stop"), settings=settings, clock=time.time)
+    with counted() as lone_trips:  # the recorder's path when a turn arrives alone
+        (lone,) = record_all(store, [checked(turn(3), settings)], clock=time.time)
+    assert isinstance(lone, inbox.Recorded) and (lone.seq, lone.duplicate) == (4, False)
+    assert (stop.seq, stop.duplicate) == (3, False)
     assert (first.seq, second.seq, first.duplicate, second.duplicate) == (1, 2, False, False)
     assert (again.turn_id, again.seq, again.duplicate) == (second.turn_id, 2, True)
     with store.read() as conn:
         rows = conn.execute(select(inbox_table.c.event_id, inbox_table.c.seq)).all()
         route = conn.execute(select(routes_table.c.next_seq)).scalar_one()
-    assert sorted(tuple(r) for r in rows) == [("c1-0", 1), ("c1-1", 2)]
-    assert route == 2
+    assert sorted(tuple(r) for r in rows) == [("c1-0", 1), ("c1-1", 2), ("c1-2", 3), ("c1-3", 4)]
+    assert route == 4
     if store.dialect == "postgresql":
         assert (first_trips, next_trips, again_trips) == ([5], [1], [1])
+        assert (stop_trips, lone_trips) == ([4], [1])
 
 
 def test_a_lone_statement_that_fails_writes_nothing(store: Store) -> None:
