@@ -129,8 +129,8 @@ def _room_to_look_up(item: Checked) -> str | None:
 
 def record_alone(conn: Connection, item: Checked, now: float) -> inbox.Recorded | inbox.Alone:
     """PostgreSQL: `record` as its one statement (inbox.record_turn_alone), for
-    Store.commit_alone, when `one_statement(item)`; else why it was not recorded (then `record`
-    does it in a transaction)."""
+    Store.commit_alone, for a turn that `one_statement` allows; else why it was not recorded
+    (then `record` does it in a transaction)."""
     kind = "command" if item.command else "message"
     return inbox.record_turn_alone(conn, item.turn, item.key, now=now, kind=kind, claim_wake=True)
 
@@ -200,12 +200,13 @@ def record_all(
 
     First all together (`record_batch`: a few statements for the batch instead of three per
     turn); if that raises, it is rolled back and each turn is recorded on its own, so a turn
-    that cannot be recorded fails alone. A lone turn is `record_one` first (on PostgreSQL one
-    statement, no transaction around it when its key has a route); if that raises, as before."""
+    that cannot be recorded fails alone. On PostgreSQL a lone turn that can be one statement
+    is `record_one` first (no transaction around it when its key has a route); if that
+    raises, as before."""
     if len(items) > 1:
         with contextlib.suppress(Exception):
             return list(store.commit(lambda conn: record_batch(conn, items, clock)))
-    elif len(items) == 1 and store.dialect == "postgresql":
+    elif len(items) == 1 and store.dialect == "postgresql" and one_statement(items[0]):
         with contextlib.suppress(Exception):
             return [record_one(store, items[0], clock)]
     return store.commit_each([_recording(item, clock) for item in items])
