@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from shared.commands import Command, parse_command
 from shared.db import Connection, Store
@@ -34,8 +34,7 @@ class BatchWaker(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
+class Accepted(NamedTuple):
     turn_id: int
     session_key: str
     seq: int
@@ -48,8 +47,7 @@ class Accepted:
 Before = Callable[[Connection], None]
 
 
-@dataclass(frozen=True, slots=True)
-class Checked:
+class Checked(NamedTuple):
     """A turn that passed validation, with its session key and command: ready to record."""
 
     turn: InboundTurn

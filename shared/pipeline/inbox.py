@@ -8,9 +8,8 @@ re-exported here, so callers keep using `inbox.TurnRow`, `inbox.summary` and the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, cast, literal, select, true, update
 from sqlalchemy.dialects import postgresql
@@ -140,8 +139,7 @@ def find_event(conn: Connection, platform: str, event_id: str) -> Recorded | Non
     return Recorded(row["id"], row["session_key"], row["seq"], duplicate=True)
 
 
-@dataclass(frozen=True, slots=True)
-class Arriving:
+class Arriving(NamedTuple):
     """A turn for `record_turns`: its session key, kind and arrival time."""
 
     turn: InboundTurn
