@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from shared.commands import Command, parse_command
 from shared.db import Connection, Store
@@ -34,8 +34,7 @@ class BatchWaker(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
+class Accepted(NamedTuple):
     turn_id: int
     session_key: str
     seq: int
@@ -48,8 +47,7 @@ class Accepted:
 Before = Callable[[Connection], None]
 
 
-@dataclass(frozen=True, slots=True)
-class Checked:
+class Checked(NamedTuple):
     """A turn that passed validation, with its session key and command: ready to record."""
 
     turn: InboundTurn
@@ -69,22 +67,44 @@ class WakeUp:
 
 def key_for(turn: InboundTurn, settings: Settings) -> SessionKey:
     """The turn's session key: per-user groups unless configured off, and the shared rooms."""
-    platform = getattr(settings.platforms, turn.platform, None)
-    shared_rooms = frozenset(platform.shared_rooms) if platform is not None else frozenset()
-    return derive_session_key(
-        turn,
-        group_sessions_per_user=settings.group_sessions_per_user,
-        shared_rooms=shared_rooms,
-    )
+    return Checker(settings).key(turn)
+
+
+def shared_rooms_of(settings: Settings, platform: str) -> frozenset[str]:
+    """`platforms.<platform>.shared_rooms` (none for a platform without settings)."""
+    found = getattr(settings.platforms, platform, None)
+    return frozenset(found.shared_rooms) if found is not None else frozenset()
 
 
 def checked(turn: InboundTurn, settings: Settings, before: Before | None = None) -> Checked:
     """Raises shared.turns.TurnRejected, before anything is written, for a bad turn. Text no
     database can store (NUL, a lone surrogate) is normalised first, the same on both.
     `before` is written in the turn's unit of work, ahead of it."""
-    turn = storable_turn(turn)
-    validate_turn(turn, max_text_chars=settings.pipeline.max_text_chars)
-    return Checked(turn, key_for(turn, settings), parse_command(turn.text), before)
+    return Checker(settings)(turn, before)
+
+
+class Checker:
+    """`checked` and `key_for` for one Settings (frozen), reading what they need of them once
+    instead of per turn: a receiver checks every turn on its event loop, where looking up a
+    platform's settings on the pydantic model and copying its shared rooms cost about as much
+    as deriving the key itself."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._max_text_chars = settings.pipeline.max_text_chars
+        self._per_user = settings.group_sessions_per_user
+        self._rooms: dict[str, frozenset[str]] = {}  # by platform, as first asked for
+
+    def key(self, turn: InboundTurn) -> SessionKey:
+        rooms = self._rooms.get(turn.platform)
+        if rooms is None:
+            rooms = self._rooms[turn.platform] = shared_rooms_of(self._settings, turn.platform)
+        return derive_session_key(turn, group_sessions_per_user=self._per_user, shared_rooms=rooms)
+
+    def __call__(self, turn: InboundTurn, before: Before | None = None) -> Checked:
+        turn = storable_turn(turn)
+        validate_turn(turn, max_text_chars=self._max_text_chars)
+        return Checked(turn, self.key(turn), parse_command(turn.text), before)
 
 
 def record(

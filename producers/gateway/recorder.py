@@ -46,8 +46,8 @@ from producers.intake import (
     Accepted,
     Before,
     Checked,
+    Checker,
     WakeUp,
-    checked,
     record_all,
     wake_all,
     wake_up_for,
@@ -77,7 +77,7 @@ class Recorder:
         self.loop = asyncio.get_running_loop()
         self._store = store
         self._waker = waker
-        self._settings = settings
+        self._checked = Checker(settings)
         self._clock = clock
         self._lock = threading.Lock()
         self._queue: deque[Waiting] = deque()  # guarded by _lock, with _busy and _lingering
@@ -100,7 +100,7 @@ class Recorder:
         `woken` is True: a worker is woken by a wake-up now queued, by one already on its way,
         or by the drain holding the session; if the queued one is not sent, redrive wakes it.
         """
-        item = checked(turn, self._settings, before)
+        item = self._checked(turn, before)
         future: asyncio.Future[Accepted] = self.loop.create_future()
         with self._lock:
             self._queue.append((item, future))

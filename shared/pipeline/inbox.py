@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, cast, literal, select, true, update
 from sqlalchemy.dialects import postgresql
@@ -141,8 +140,7 @@ def find_event(conn: Connection, platform: str, event_id: str) -> Recorded | Non
     return Recorded(row["id"], row["session_key"], row["seq"], duplicate=True)
 
 
-@dataclass(frozen=True, slots=True)
-class Arriving:
+class Arriving(NamedTuple):
     """A turn for `record_turns`: its session key, kind and arrival time."""
 
     turn: InboundTurn
@@ -182,10 +180,10 @@ def record_turns(
         claim_wake=claim_wake,
     )
     arrivals = dict(zip(first.values(), bumped, strict=True))
-    rows = []
-    for item, arrival in zip(new, bumped, strict=True):
-        row = _turn_row(item.turn, item.key, arrival.seq, item.kind, item.now, None)
-        rows.append([row[column] for column in _TURN_COLUMNS])
+    rows = [
+        _turn_values(item.turn, item.key, arrival.seq, item.kind, item.now, None)
+        for item, arrival in zip(new, bumped, strict=True)
+    ]
     inserted = {
         (row["platform"], row["event_id"]): int(row["id"]) for row in _INSERT_TURN.many(conn, rows)
     }
@@ -232,25 +230,39 @@ def _turn_row(
     now: float,
     flush_session_id: str | None,
 ) -> dict[str, Any]:
-    return {
-        "platform": turn.platform,
-        "event_id": turn.event_id,
-        "session_key": key.key,
-        "seq": seq,
-        "kind": kind,
-        "chat_id": turn.chat_id,
-        "chat_type": turn.chat_type,
-        "thread_id": turn.thread_id,
-        "user_id": turn.user_id,
-        "user_name": turn.user_name if key.shared else None,
-        "message_id": turn.message_id,
-        "reply_to": turn.reply_to,
-        "text": turn.text,
-        "attachments": turn.attachments_json(),
-        "status": WAITING,
-        "received_at": now,
-        "flush_session_id": flush_session_id,
-    }
+    values = _turn_values(turn, key, seq, kind, now, flush_session_id)
+    return dict(zip(_TURN_COLUMNS, values, strict=True))
+
+
+def _turn_values(
+    turn: InboundTurn,
+    key: SessionKey,
+    seq: int,
+    kind: str,
+    now: float,
+    flush_session_id: str | None,
+) -> list[Any]:
+    """A turn's inbox row, its values in _TURN_COLUMNS order (a batch's multi-row INSERT
+    binds them so, without a dict per row)."""
+    return [
+        turn.platform,
+        turn.event_id,
+        key.key,
+        seq,
+        kind,
+        turn.chat_id,
+        turn.chat_type,
+        turn.thread_id,
+        turn.user_id,
+        turn.user_name if key.shared else None,
+        turn.message_id,
+        turn.reply_to,
+        turn.text,
+        turn.attachments_json(),
+        WAITING,
+        now,
+        flush_session_id,
+    ]
 
 
 def _record_in_one(claim_wake: bool) -> Prepared:

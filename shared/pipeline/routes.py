@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, and_, bindparam, case, exists, or_, select, union_all, update
 
@@ -203,8 +203,7 @@ _ROUTE_COLUMNS = (
 _INSERT = InsertOrSkip(routes, _ROUTE_COLUMNS, ["session_key"], returning=[routes.c.next_seq])
 
 
-@dataclass(frozen=True, slots=True)
-class Arrival:
+class Arrival(NamedTuple):
     seq: int
     held: bool  # a drain holds the key's lease
     wake_pending: bool  # an earlier wake-up is still on its way

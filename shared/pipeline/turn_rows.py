@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Row, literal_column
 
@@ -26,8 +26,7 @@ OPEN_STATUSES = (WAITING, RUNNING)
 IS_OPEN = inbox.c.status.in_([literal_column(f"'{status}'") for status in OPEN_STATUSES])
 
 
-@dataclass(frozen=True, slots=True)
-class Recorded:
+class Recorded(NamedTuple):
     turn_id: int
     session_key: str
     seq: int

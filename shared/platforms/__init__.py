@@ -33,9 +33,22 @@ def gateway_platforms() -> frozenset[str]:
     return name_set()
 
 
+# (the registry's name set it was made from, BUILT_IN with it): made again when that changes
+_known: tuple[frozenset[str], frozenset[str]] | None = None
+
+
 def known_platforms() -> frozenset[str]:
-    """Every platform a turn may come from: the built-in ones and the registered ones."""
-    return BUILT_IN | gateway_platforms()
+    """Every platform a turn may come from: the built-in ones and the registered ones.
+
+    Every turn a receiver records is checked against it: the union is kept for as long as the
+    registry's name set is the same object (shared/platforms/registry.py makes a new one when
+    a platform is added or removed), not built again per turn."""
+    global _known
+    registered = gateway_platforms()
+    found = _known
+    if found is None or found[0] is not registered:
+        found = _known = (registered, BUILT_IN | registered)
+    return found[1]
 
 
 def __getattr__(name: str) -> Any:
