@@ -408,9 +408,8 @@ def record_turn(
         seen = find_event(conn, turn.platform, turn.event_id)
         if seen is not None:
             return seen
-    place = routes.Place(turn.platform, turn.chat_id, turn.chat_type, turn.thread_id, turn.user_id)
     arrival = routes.bump_arrival(
-        conn, key.key, place, now, claim_wake=claim_wake, unrouted=unrouted
+        conn, key.key, _place(turn), now, claim_wake=claim_wake, unrouted=unrouted
     )
     inserted = _INSERT_TURN.first(
         conn, _turn_row(turn, key, arrival.seq, kind, now, flush_session_id)
