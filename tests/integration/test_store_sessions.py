@@ -13,6 +13,7 @@ from shared.db import SessionNotFound, Store, TitleInUse, open_store
 from shared.db.engine import connect
 from shared.db.migrate import alembic_config
 from shared.db.schema import sessions
+from shared.search import SearchRequest, search
 from shared.settings import Settings
 from shared.store import messages as message_rows
 from shared.store import session_listing
@@ -188,9 +189,11 @@ def test_delete_cascades_and_unparents_continuations(store: Store) -> None:
         assert child.parent_session_id is None
         assert message_rows.transcript(conn, "parent") == []
         assert [m.content for m in message_rows.transcript(conn, "child")] == ["persimmon"]
-        if store.dialect == "sqlite":  # FTS5 internals (search on PostgreSQL: pgsearch branch)
+        if store.dialect == "sqlite":  # the FTS5 index itself holds no row of it
             assert fts_ids(conn, "kumquat") == set()
         assert counter_drift(conn) == []
+    assert search(store, SearchRequest(query="kumquat"))["count"] == 0
+    assert search(store, SearchRequest(query="persimmon"))["count"] == 1
 
 
 def test_append_to_a_missing_session_changes_nothing(store: Store) -> None:
