@@ -50,6 +50,7 @@ class Fleet:
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     beat: subprocess.Popen[bytes] | None = None
     spawned: int = 0
+    numbered: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
     def broker_url(self) -> str:
@@ -102,11 +103,51 @@ class Fleet:
         argv = [*self.worker_script, "worker", "-c", str(concurrency), "-l", "WARNING"]
         proc = self._spawn([*argv, "-n", f"chaos{self.spawned}@%h"], f"worker-{self.spawned}.log")
         self.workers.append(proc)
+        self.numbered[self.spawned] = proc
         return proc
+
+    def wait_ready(self, timeout: float = 240.0) -> None:
+        """Until every running worker answers a Celery control ping: on a loaded machine a
+        worker takes tens of seconds to import and boot, and a chaos step (a kill, a pause)
+        taken while the others are still booting tests the machine's load, not the fleet."""
+        from celery import Celery
+
+        names = {f"chaos{n}@{socket.gethostname()}" for n, _ in self._named()}
+        app = Celery(broker=self.broker_url)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                answered = {name for reply in app.control.ping(timeout=1.0) for name in reply}
+                if names <= answered:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"workers {sorted(names - answered)} never answered")
+        finally:
+            app.close()
+
+    def _named(self) -> list[tuple[int, subprocess.Popen[bytes]]]:
+        return [(n, proc) for n, proc in self.numbered.items() if proc in self.workers]
 
     def start_beat(self) -> None:
         argv = [sys.executable, "-m", "producers.cli.main", "beat", "-l", "WARNING"]
         self.beat = self._spawn(argv, "beat.log")
+
+    def diagnose(self) -> str:
+        """What a stalled fleet looks like, for an assertion message: each process's state as
+        ps sees it (T: stopped, S: sleeping, and where in the kernel) and each log's tail."""
+        procs = [*self.workers, *([self.beat] if self.beat else [])]
+        pids = ",".join(str(proc.pid) for proc in procs if proc.poll() is None)
+        ps = subprocess.run(
+            ["ps", "-o", "pid,stat,wchan:24,etime,time,args", "-p", pids or "1"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        tails = [
+            f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+            for log in sorted(self.home.glob("*.log"))
+        ]
+        return "\n".join([ps, *tails])
 
     def kill_worker(self, proc: subprocess.Popen[bytes]) -> None:
         proc.send_signal(signal.SIGKILL)

@@ -121,6 +121,9 @@ def test_chaos_every_turn_exactly_once_in_order(tmp_path: Path, hermes_env: dict
         for _ in range(3):
             fleet.start_worker(concurrency=8)
         fleet.start_beat()
+        # Every worker is up before the chaos starts: the pause below needs another worker to
+        # take over (the replacement started after each kill may still be booting then).
+        fleet.wait_ready()
         producers = [
             threading.Thread(
                 target=_produce,
@@ -297,14 +300,21 @@ def _pause_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> tuple[i
             time.sleep(0.05)
             continue
         log.append(f"SIGSTOP lease holder {victim.pid} (mid-turn on {len(in_flight)} sessions)")
+        stopped_at = time.monotonic()
         time.sleep(LEASE * 2.5)
         # Resume only once another worker has taken over at least one of its sessions, so the
         # resumed holder really is fenced out there (bounded: a takeover needs the lease to
         # expire and a redrive sweep, both a few seconds here, then the wake-up's turn in a
         # queue that may hold thousands of this run's wake-ups on a loaded machine).
-        taken_over = _wait_taken_over(store, in_flight, timeout=LEASE * 30)
-        assert taken_over, f"no session of the paused holder was taken over: {in_flight}"
-        log.append(f"{len(taken_over)} of its sessions taken over while it was stopped")
+        taken_over = _wait_taken_over(store, in_flight, timeout=LEASE * 45)
+        assert taken_over, (
+            f"no session of the paused holder {victim.pid} was taken over: {in_flight}\n"
+            + fleet.diagnose()
+        )
+        log.append(
+            f"{len(taken_over)} of its sessions taken over while it was stopped "
+            f"({time.monotonic() - stopped_at:.1f} s after SIGSTOP)"
+        )
         victim.send_signal(signal.SIGCONT)
         log.append(f"SIGCONT {victim.pid}")
         return victim.pid, in_flight
