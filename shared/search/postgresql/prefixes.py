@@ -1,6 +1,6 @@
 """Prefix queries on PostgreSQL through the prefix index (`ddl.prefixes`, revision 0022): which
-queries it drives (`start_of`), the id windows it reads them in (`edges`, whole buckets) and the
-keys of one window (`keys`).
+queries it drives (`start_of`), the id windows it reads them in (`first_edge`, `next_edge`: whole
+buckets, sized by the density found) and the keys of one window (`keys`).
 
 GIN answers `'snoo':*` from the word index by building the bitmap of every word the prefix
 expands to, over every id, for each statement: 35-145 ms for a prefix in 0.3-5% of 1.5M
@@ -11,6 +11,7 @@ newest ids reads the entries of its buckets only: a few hundred rows for a dense
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from shared.search.backend import Order
@@ -18,7 +19,8 @@ from shared.search.postgresql import ddl
 from shared.search.postgresql.compiler import words_of
 from shared.search.query import Node, Term
 
-GROWTH = 4  # each window holds this many times the buckets of the one before
+GROWTH = 4  # a window spans at most this many times the ids read before it
+AHEAD = 1.5  # ...and this many times the ids the rest is expected in
 
 
 def start_of(tree: Node, roles: Sequence[str]) -> str | None:
@@ -33,27 +35,41 @@ def start_of(tree: Node, roles: Sequence[str]) -> str | None:
     return words[0][: ddl.PREFIX_CHARS]
 
 
-def edges(span: tuple[int, int], order: Order) -> list[int]:
-    """The edges of the windows a keyed prefix is read in from the end `order` starts at (as
-    `windows.windows`'s): the bucket holding the newest id (for OLDEST, the oldest), then GROWTH
-    times as many buckets each, until the id range `span` is covered."""
+def first_edge(span: tuple[int, int], order: Order, cursor: int | None) -> int | None:
+    """The edge of the first window past `cursor` (None: from the end `order` starts at): the
+    rest of the bucket holding the next id (as `windows.walk`'s edges; None: to the end of
+    the id range `span`)."""
+    low, high = span
+    bits = ddl.BUCKET_BITS
+    if order is Order.OLDEST:
+        edge = (((low if cursor is None else cursor + 1) >> bits) + 1) << bits
+        return edge if edge <= high else None
+    edge = ((high if cursor is None else cursor - 1) >> bits) << bits
+    return edge if edge > low else None
+
+
+def next_edge(
+    span: tuple[int, int], order: Order, began: int | None, edge: int, found: int, wanted: int
+) -> int | None:
+    """The edge of the window after the one ending at `edge`, when the read that began past
+    `began` found `found` of its `wanted` matches up to there: whole buckets enough for the rest
+    at the density found (AHEAD times, so one more window usually serves), at most GROWTH times
+    the ids read so far (every one of them when none matched yet)."""
     low, high = span
     size = 1 << ddl.BUCKET_BITS
-    found: list[int] = []
-    buckets = 1
     if order is Order.OLDEST:
-        edge = ((low >> ddl.BUCKET_BITS) + 1) << ddl.BUCKET_BITS
-        while edge <= high:
-            found.append(edge)
-            buckets *= GROWTH
-            edge += buckets * size
-        return found
-    edge = (high >> ddl.BUCKET_BITS) << ddl.BUCKET_BITS
-    while edge > low:
-        found.append(edge)
-        buckets *= GROWTH
-        edge -= buckets * size
-    return found
+        read = edge - (low if began is None else began + 1)
+    else:
+        read = (high + 1 if began is None else began) - edge
+    ids: float = GROWTH * max(read, 1)
+    if found:
+        ids = min(ids, AHEAD * (wanted - found) * read / found)
+    buckets = max(1, math.ceil(ids / size))
+    if order is Order.OLDEST:
+        after = edge + buckets * size
+        return after if after <= high else None
+    after = edge - buckets * size
+    return after if after > low else None
 
 
 def keys(

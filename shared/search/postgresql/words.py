@@ -350,12 +350,26 @@ class _Matches:
         further = _toward(self._order, edge, 2 * walk)
         return True, further if low < further < high else None
 
+    def _keyed_rows(self, cursor: int | None, limit: int) -> list[Any]:
+        """The rows past `cursor` through the prefix index, window by window (`prefixes`), each
+        read as a bitmap of its buckets' keys: exactly what one query over every id returns."""
+        query = self._query_for(self._words, None)
+        span, order, began = self._words.span, self._order, cursor
+        edge = prefixes.first_edge(span, order, cursor)
+        rows: list[Any] = []
+        while True:
+            sql, params = query(cursor, edge, limit - len(rows))
+            with _index_only(self._db):
+                rows += self._db.execute(sql, params).fetchall()
+            if len(rows) >= limit or edge is None:
+                return rows
+            cursor = _beyond(order, edge)
+            edge = prefixes.next_edge(span, order, began, edge, len(rows), limit)
+
     def rows(self, cursor: int | None, limit: int) -> list[Any]:
         if self._words.start is not None:
-            query = self._query_for(self._words, None)
-            edges = prefixes.edges(self._words.span, self._order)
             with _serial(self._db):
-                return _walk(self._db, self._order, edges, cursor, limit, query, bitmap=True)
+                return self._keyed_rows(cursor, limit)
         rows, cursor, every = self._direct_rows(cursor, limit)
         if len(rows) >= limit or every:
             return rows
