@@ -15,12 +15,9 @@ import math
 from collections.abc import Sequence
 
 from shared.search.backend import Order
-from shared.search.postgresql import ddl
+from shared.search.postgresql import ddl, limits
 from shared.search.postgresql.compiler import words_of
 from shared.search.query import Node, Term
-
-GROWTH = 4  # a window spans at most this many times the ids read before it
-AHEAD = 1.5  # ...and this many times the ids the rest is expected in
 
 
 def start_of(tree: Node, roles: Sequence[str]) -> str | None:
@@ -53,17 +50,17 @@ def next_edge(
 ) -> int | None:
     """The edge of the window after the one ending at `edge`, when the read that began past
     `began` found `found` of its `wanted` matches up to there: whole buckets enough for the rest
-    at the density found (AHEAD times, so one more window usually serves), at most GROWTH times
-    the ids read so far (every one of them when none matched yet)."""
+    at the density found (PREFIX_AHEAD times, so one more window usually serves), at most
+    PREFIX_GROWTH times the ids read so far (every one of them when none matched yet)."""
     low, high = span
     size = 1 << ddl.BUCKET_BITS
     if order is Order.OLDEST:
         read = edge - (low if began is None else began + 1)
     else:
         read = (high + 1 if began is None else began) - edge
-    ids: float = GROWTH * max(read, 1)
+    ids: float = limits.PREFIX_GROWTH * max(read, 1)
     if found:
-        ids = min(ids, AHEAD * (wanted - found) * read / found)
+        ids = min(ids, limits.PREFIX_AHEAD * (wanted - found) * read / found)
     buckets = max(1, math.ceil(ids / size))
     if order is Order.OLDEST:
         after = edge + buckets * size
