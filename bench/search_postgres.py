@@ -35,6 +35,7 @@ SEARCH_INDEXES = {
     "ix_messages_search_grams": ddl.GRAMS_INDEX,
     "ix_messages_unsegmented": ddl.UNSEGMENTED_INDEX,
     "ix_messages_search_pairs": ddl.PAIRS_INDEX,
+    "ix_messages_search_prefixes": ddl.PREFIXES_INDEX,
 }
 
 
@@ -137,6 +138,7 @@ def sizes(url: str) -> dict[str, Any]:
         words_index = size("SELECT pg_relation_size('ix_messages_search_words')")
         grams_index = size("SELECT pg_relation_size('ix_messages_search_grams')")
         pairs_index = size("SELECT pg_relation_size('ix_messages_search_pairs')")
+        prefix_index = size("SELECT pg_relation_size(to_regclass('ix_messages_search_prefixes'))")
         cjk = db.execute(f"SELECT count(*) FROM messages AS m WHERE {ddl.unsegmented()}").fetchone()
         return {
             "db_mb": size("SELECT pg_database_size(current_database())"),
@@ -145,8 +147,9 @@ def sizes(url: str) -> dict[str, Any]:
             "word_column_mb": words_column,
             "substring_index_mb": grams_index,
             "pair_index_mb": pairs_index,
+            "prefix_index_mb": prefix_index,
             "index_overhead": round(
-                (words_index + words_column + grams_index + pairs_index) / raw, 3
+                (words_index + words_column + grams_index + pairs_index + prefix_index) / raw, 3
             )
             if raw
             else None,

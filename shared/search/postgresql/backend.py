@@ -23,6 +23,9 @@ Bounded work at any size:
 - a phrase also narrows through the index of adjacent word pairs (`ddl.pairs`,
   `compile_pairs`): the rows re-read to check positions are those holding its pairs, not every
   row holding its words.
+- a prefix of four characters or more (`snoo*`) is read through the index of words' first four
+  characters by id bucket (`ddl.prefixes`, `prefixes`): its newest buckets first, never GIN's
+  bitmap of every word it expands to over every id.
 
 This module answers a query by merging its streams (`hits`); word queries are `words`,
 substring queries `substrings`, the clauses and id windows they share `windows`, and the

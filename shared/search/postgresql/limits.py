@@ -45,3 +45,9 @@ WALK_COST = 1.5
 # one bitmap over every id: each of its rows is then fetched to find the newest, which for
 # 8,000-17,000 matches cost more (145-260 ms at 1.5M messages) than reading windows.
 AT_ONCE = 4 * FEW
+# A prefix read through the prefix index (`prefixes`) asks the rest of the newest id bucket, then
+# windows of whole buckets, each sized for the matches still wanted at the density found so far
+# (PREFIX_AHEAD times: one more window usually serves) and at most PREFIX_GROWTH times the ids
+# read before it: fixed windows of 1, 4, 16, 64 buckets read ~800 rows for the last 6 matches.
+PREFIX_GROWTH = 4
+PREFIX_AHEAD = 1.5

@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shared.search.backend import Filters, Hit, Order
-from shared.search.postgresql import ddl, limits
-from shared.search.postgresql.compiler import compile_pairs
+from shared.search.postgresql import ddl, limits, prefixes
+from shared.search.postgresql.compiler import compile_pairs, compile_words
 from shared.search.postgresql.rows import filter_sql as _filter_sql
 from shared.search.postgresql.windows import DB
 from shared.search.postgresql.windows import beyond as _beyond
@@ -23,10 +23,11 @@ from shared.search.postgresql.windows import key_walk as _key_walk
 from shared.search.postgresql.windows import passed as _passed
 from shared.search.postgresql.windows import past_clause as _past
 from shared.search.postgresql.windows import plain_clause as _plain
+from shared.search.postgresql.windows import serial as _serial
 from shared.search.postgresql.windows import walk as _walk
 from shared.search.postgresql.windows import windows as _windows
 from shared.search.postgresql.windows import within_clause as _within
-from shared.search.query import Node
+from shared.search.query import Node, Term
 
 ESTIMATE_SQL = "EXPLAIN (FORMAT JSON) SELECT 1 FROM messages AS m WHERE {matching}"
 
@@ -44,9 +45,29 @@ class Words:
     pairs: str | None = None
     estimate: float | None = None
     at_once: bool = False  # read in one bitmap over every id (`reading`)
+    # Driven by the prefix index (`prefixes`): the prefix's first PREFIX_CHARS characters, and
+    # the id range whose buckets a read without bounds takes.
+    start: str | None = None
+    span: tuple[int, int] = (0, 0)
 
-    def matching(self, params: list[object]) -> str:
-        """The condition on `m` (its parameters appended)."""
+    def matching(
+        self,
+        params: list[object],
+        order: Order = Order.NEWEST,
+        past: int | None = None,
+        edge: int | None = None,
+    ) -> str:
+        """The condition on `m` (its parameters appended); driven by the prefix index, on the
+        window past `past` up to `edge` (the keys of its buckets: the bounds are checked too).
+        The words are checked on each row the keys admit unless the prefix is the key itself
+        (`'snoo':*`: a word matches it exactly when it starts with those characters)."""
+        if self.start is not None:
+            params.append(prefixes.keys(self.start, self.span, order, past, edge))
+            keyed = f"{ddl.prefixes()} && %s::text[] AND {ddl.paired()}"
+            if self.tsquery == compile_words(Term(self.start, prefix=True)):
+                return keyed
+            params.append(self.tsquery)
+            return f"{keyed} AND (m.search_words @@ %s::tsquery) IS TRUE"
         if self.pairs is None:
             params.append(self.tsquery)
             return "m.search_words @@ %s::tsquery"
@@ -61,7 +82,7 @@ class Words:
         """The id as the bounds of a window compare it. Driven by the pairs (a few thousand
         rows), a bound is checked on those rows, not read as a bitmap of the primary key's
         range, which the planner ANDs in and which costs 17 ms for 100,000 ids."""
-        return "(m.id + 0)" if self.at_once else "m.id"
+        return "(m.id + 0)" if self.at_once or self.start is not None else "m.id"
 
     @property
     def prefix(self) -> bool:
@@ -111,6 +132,10 @@ def driven(db: DB, tree: Node, tsquery: str, roles: Sequence[str]) -> Words:
     from: the word index, or the pairs index when the tree's phrases narrow it (a phrase of two
     common words: its pairs are in a few thousand messages, its words together in 40,000) and
     the search leaves out tool output (which the pairs index does)."""
+    start = prefixes.start_of(tree, roles)
+    span = _id_range(db) if start is not None else None
+    if start is not None and span is not None:
+        return Words(tsquery, start=start, span=span)
     words = Words(tsquery)
     by_words = estimated_rows(db, words)
     pairs = None if ddl.PAIRED_OUT in roles else compile_pairs(tree)
@@ -325,7 +350,26 @@ class _Matches:
         further = _toward(self._order, edge, 2 * walk)
         return True, further if low < further < high else None
 
+    def _keyed_rows(self, cursor: int | None, limit: int) -> list[Any]:
+        """The rows past `cursor` through the prefix index, window by window (`prefixes`), each
+        read as a bitmap of its buckets' keys: exactly what one query over every id returns."""
+        query = self._query_for(self._words, None)
+        span, order, began = self._words.span, self._order, cursor
+        edge = prefixes.first_edge(span, order, cursor)
+        rows: list[Any] = []
+        while True:
+            sql, params = query(cursor, edge, limit - len(rows))
+            with _index_only(self._db):
+                rows += self._db.execute(sql, params).fetchall()
+            if len(rows) >= limit or edge is None:
+                return rows
+            cursor = _beyond(order, edge)
+            edge = prefixes.next_edge(span, order, began, edge, len(rows), limit)
+
     def rows(self, cursor: int | None, limit: int) -> list[Any]:
+        if self._words.start is not None:
+            with _serial(self._db):
+                return self._keyed_rows(cursor, limit)
         rows, cursor, every = self._direct_rows(cursor, limit)
         if len(rows) >= limit or every:
             return rows
@@ -340,25 +384,54 @@ class _Matches:
         return rows + _walk(self._db, self._order, edges, cursor, limit - len(rows), query, bitmap)
 
 
+def _rows(
+    words: Words,
+    filters: Filters,
+    order: Order,
+    window: tuple[int | None, int | None],
+    few: list[int] | None,
+    plain: bool,
+    params: list[object],
+) -> str:
+    """` FROM ... WHERE ...` of the matches in the window past its cursor up to its edge
+    (`window`), for `ordered_words` and `ranked_words` (parameters appended). The filters come
+    before the words: PostgreSQL checks conditions of equal cost in the order written, and on a
+    walk of the primary key the role is then checked before the words, whose tsvector a tool
+    message keeps out of line (8,014 buffers instead of 13,767 for 'prai':* in its newest ids).
+
+    Driven by the prefix index, the window's rows are a subquery the filters stay out of
+    (OFFSET 0): the planner estimates the keys of 16 buckets at 95,000 rows where they hold a
+    few hundred, and would AND the role's bitmap over every message with them (1.2M rows of
+    `ix_messages_session_role`, 740 ms at 1.5M messages) instead of checking the rows."""
+    past, edge = window
+    if words.start is not None:
+        keyed = words.matching(params, order, past, edge)
+        bound = _past(order, past, params, words.ids) + _edge(order, edge, params, words.ids)
+        join, where = _filter_sql(filters, params)
+        return (
+            f" FROM (SELECT * FROM messages AS m WHERE {keyed}{bound} OFFSET 0) AS m{join}"
+            f" WHERE TRUE{where}{_plain(plain)}"
+        )
+    join, where = _filter_sql(filters, params)
+    matching = words.matching(params)
+    inside = _within(few, params)
+    bound = _past(order, past, params, words.ids) + _edge(order, edge, params, words.ids)
+    return (
+        f" FROM messages AS m{join} WHERE TRUE{where} AND {matching}{inside}{bound}{_plain(plain)}"
+    )
+
+
 def ordered_words(
     db: DB, words: Words, filters: Filters, order: Order, plain: bool
 ) -> Iterator[Hit]:
-    """Matches in id order. The filters come before the words in the statements (here and in
-    `ranked_words`): PostgreSQL checks conditions of equal cost in the order written, and on a
-    walk of the primary key the role is then checked before the words, whose tsvector a tool
-    message keeps out of line (8,014 buffers instead of 13,767 for 'prai':* in its newest ids)."""
+    """Matches in id order (statements: `_rows`)."""
 
     def query_for(words: Words, few: list[int] | None) -> Query:
         def query(past: int | None, edge: int | None, n: int) -> tuple[str, list[object]]:
             params: list[object] = []
-            join, where = _filter_sql(filters, params)
-            matching = words.matching(params)
-            inside = _within(few, params)
-            bound = _past(order, past, params, words.ids) + _edge(order, edge, params, words.ids)
+            rows = _rows(words, filters, order, (past, edge), few, plain, params)
             return (
-                f"SELECT m.id, m.session_id FROM messages AS m{join}"
-                f" WHERE TRUE{where} AND {matching}{inside}{bound}{_plain(plain)}"
-                f" ORDER BY m.id {_direction(order)} LIMIT {n}",
+                f"SELECT m.id, m.session_id{rows} ORDER BY m.id {_direction(order)} LIMIT {n}",
                 params,
             )
 
@@ -382,16 +455,11 @@ def ranked_words(db: DB, words: Words, filters: Filters, plain: bool) -> Iterato
     def query_for(words: Words, few: list[int] | None) -> Query:
         def query(past: int | None, edge: int | None, n: int) -> tuple[str, list[object]]:
             params: list[object] = [words.tsquery]
-            join, where = _filter_sql(filters, params)
-            matching = words.matching(params)
-            inside = _within(few, params)
-            bound = _past(Order.NEWEST, past, params, words.ids)
-            bound += _edge(Order.NEWEST, edge, params, words.ids)
+            rows = _rows(words, filters, Order.NEWEST, (past, edge), few, plain, params)
             return (
                 f"SELECT w.id, w.session_id, ts_rank(w.search_words, %s::tsquery,"
                 f" {limits.RANK_NORMALIZATION}) FROM (SELECT m.id, m.session_id, m.search_words"
-                f" FROM messages AS m{join} WHERE TRUE{where} AND {matching}{inside}{bound}"
-                f"{_plain(plain)} ORDER BY m.id DESC LIMIT {n}) AS w",
+                f"{rows} ORDER BY m.id DESC LIMIT {n}) AS w",
                 params,
             )
 
