@@ -38,6 +38,10 @@ from tests.pipeline_helpers import turn
 pytestmark = pytest.mark.both_databases
 
 LEASE = 2.0
+# Seconds between two turns a producer sends: its 550 turns then span about 10 s, so the kills,
+# the pause and the broker wipe all land while turns still arrive, even on an idle machine
+# (at 0.004 they spanned only a few seconds: on an idle machine the pause could find no holder).
+PACE = 0.015
 
 
 def _fleet(tmp_path: Path, hermes_env: dict[str, str], command: list[str]) -> Fleet:
@@ -127,7 +131,7 @@ def test_chaos_every_turn_exactly_once_in_order(tmp_path: Path, hermes_env: dict
         producers = [
             threading.Thread(
                 target=_produce,
-                args=(settings, fleet, chats[i::4], turns_each, 0.004, expected, sent, lock),
+                args=(settings, fleet, chats[i::4], turns_each, PACE, expected, sent, lock),
             )
             for i in range(4)
         ]
@@ -299,18 +303,21 @@ def _pause_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> tuple[i
     so the pause is retried until it catches the holder between transactions.
     """
     ours = {proc.pid: proc for proc in fleet.workers}
-    # The window opens when a worker first holds a lease: workers starting on a loaded
-    # machine may take a while to take their first turn.
-    first_seen = time.monotonic() + 180
-    while time.monotonic() < first_seen + 20:
+    # The window opens when a worker first holds a lease (workers starting on a loaded machine
+    # may take a while to take their first turn) and lasts 30 s: on an idle machine the fleet
+    # keeps up with the producers, and between two turns nobody may hold a lease for a moment.
+    deadline = time.monotonic() + 180
+    seen = False
+    attempts = 0
+    while time.monotonic() < deadline:
         holders = [pid for pid in lease_holder_pids(store) if pid in ours]
         if not holders:
-            if time.monotonic() > first_seen:
-                break
             time.sleep(0.02)
             continue
-        first_seen = min(first_seen, time.monotonic())
-        victim = ours[holders[0]]
+        if not seen:
+            seen, deadline = True, time.monotonic() + 30
+        victim = ours[holders[attempts % len(holders)]]  # each holder in turn
+        attempts += 1
         victim.send_signal(signal.SIGSTOP)
         in_flight = (
             _held_in_flight(store, victim.pid)
@@ -340,7 +347,11 @@ def _pause_a_lease_holder(fleet: Fleet, store: Store, log: list[str]) -> tuple[i
         victim.send_signal(signal.SIGCONT)
         log.append(f"SIGCONT {victim.pid}")
         return victim.pid, in_flight
-    raise AssertionError("no worker held a lease to pause")
+    raise AssertionError(
+        f"no lease holder caught mid-turn between transactions in {attempts} tries"
+        if seen
+        else "no worker held a lease to pause"
+    )
 
 
 @pytest.mark.slow
