@@ -6,6 +6,8 @@ every later ranked window)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shared.db import Store
@@ -184,7 +186,8 @@ def test_substring_windows_find_every_match_once_in_every_order(
     store: Store, log: Log, monkeypatch: pytest.MonkeyPatch, batch: int, query: str
 ) -> None:
     """A short piece (`中文`: the newest messages checked directly first) and a longer one
-    (`中文日本`: its pieces' index entries) past the windows' edges."""
+    (`中文日本`: the newest SCAN_CHUNK checked directly, then its pieces' index entries) past the
+    windows' edges."""
     limits = limits_of(store)
     postgresql = store.dialect == "postgresql"
     matches: list[int] = []
@@ -203,6 +206,48 @@ def test_substring_windows_find_every_match_once_in_every_order(
     assert _hits(store, Order.OLDEST, query) == matches
     if postgresql:  # substring matches weigh nothing there: newest first (SQLite: bm25)
         assert _hits(store, Order.RELEVANCE, query) == matches[::-1]
+
+
+def _piece_index_reads(store: Store, tmp_path: Path, order: Order, query: str) -> tuple[int, int]:
+    """(hits taken, statements naming the piece index) for the first three hits of `query`,
+    from libpq's trace of the connection's messages."""
+    from psycopg import pq
+
+    backend = backend_of(store)
+    path = tmp_path / "trace.log"
+    with store.read() as conn, path.open("w") as handle:
+        pgconn = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
+        pgconn.trace(handle.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            found = backend.hits(conn, parse(query), Filters(roles=ROLES), order)
+            taken = sum(1 for _ in zip(range(3), found, strict=False))
+        finally:
+            pgconn.untrace()
+    sent = [line for line in path.read_text(errors="replace").splitlines() if line[:2] == "F\t"]
+    return taken, sum("hermes_search_grams(" in line for line in sent)
+
+
+@pytest.mark.parametrize("order", [Order.NEWEST, Order.OLDEST])
+def test_a_dense_longer_substring_fills_its_first_batch_from_the_newest_messages(
+    store: Store, log: Log, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, order: Order
+) -> None:
+    """A substring of three characters or more whose pieces are in more than FEW messages
+    (`について` at 1.5M messages) is checked on the newest (oldest) substring-indexed messages
+    first, as a short one is: its window of the piece index read 5,600 rows (90-470 ms) for 64
+    hits. Only the probe for a few matches then names the piece index."""
+    if store.dialect != "postgresql":
+        pytest.skip("the piece index is PostgreSQL's (SQLite: FTS5's trigram table)")
+    limits = limits_of(store)
+    for s in range(3):
+        texts = [f"それについて{'話' * (i % 4)}" for i in range(20)]
+        log.session(f"s{s}", [*texts, "会議の予定", "日本語のテキスト"])
+    monkeypatch.setattr(limits, "WINDOW_MIN_SPAN", 0)
+    monkeypatch.setattr(limits, "FEW", 5)
+    monkeypatch.setattr(limits, "BATCH", 3)
+    assert _piece_index_reads(store, tmp_path, order, "について") == (3, 1)
+    # a rare one: its few matches are the probe's, read at once (as before)
+    assert _piece_index_reads(store, tmp_path, order, "会議の予") == (3, 1)
 
 
 @pytest.mark.parametrize("drive", ["words", "pairs in windows", "pairs at once"])

@@ -10,6 +10,7 @@ RANK_WINDOW = 256  # matches ranked by ts_rank at a time
 MAX_WINDOWS = 40  # relevance looks at most at this many windows (~10,000 matches)
 BATCH = 64  # hits fetched at a time in id order
 SCAN_ROWS = 2000  # newest substring-indexed messages checked directly for a short term
+# (a longer one whose pieces are in more than FEW messages: one SCAN_CHUNK)
 SCAN_CHUNK = 500
 RANK_NORMALIZATION = 1  # ts_rank divided by 1 + log(length): shorter messages first, like bm25
 FEW = 1000  # a word query with at most this many matches reads them all from the word index

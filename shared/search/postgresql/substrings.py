@@ -1,5 +1,8 @@
 """Substring queries on PostgreSQL: matches through the index of 1- and 2-character pieces,
-checked on the text; a short term first checks the newest messages directly (`substring_hits`).
+checked on the text. A term whose pieces are in more than FEW messages first checks the newest
+substring-indexed messages directly (`substring_hits`): SCAN_ROWS of them for a short term, one
+SCAN_CHUNK for a longer one, which a dense term (`について`) fills its first batch from where the
+piece index's window read 5,600 rows for it (90-470 ms at 1.5M messages).
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ def _short(tree: Node) -> bool:
     return any(len(fold(t.text)) <= PIECE for t in Query(tree).terms())
 
 
-def _scanned(db: DB, tree: Node, filters: Filters, order: Order) -> Iterator[Hit | int | None]:
-    """Check the newest (oldest) substring-indexed messages directly: hits, then the cursor
-    to go on from (None: every such message was checked)."""
+def _scanned(
+    db: DB, tree: Node, filters: Filters, order: Order, most: int
+) -> Iterator[Hit | int | None]:
+    """Check the newest (oldest) substring-indexed messages directly, `most` of them at most:
+    hits, then the cursor to go on from (None: every such message was checked)."""
     cursor: int | None = None
     seen = 0
-    while seen < limits.SCAN_ROWS:
+    while seen < most:
         params: list[object] = []
         bound = _past(order, cursor, params)
         chunk = db.execute(
@@ -122,9 +127,10 @@ def substring_hits(db: DB, tree: Node, filters: Filters, order: Order) -> Iterat
     walk = Order.OLDEST if order is Order.OLDEST else Order.NEWEST
     cursor: int | None = None
     few = _few_pieces(db, tree)
-    if _short(tree) and few is None:  # a few matches are read at once, not looked for
+    if few is None:  # a few matches are read at once, not looked for
+        most = limits.SCAN_ROWS if _short(tree) else limits.SCAN_CHUNK
         rest = True
-        for item in _scanned(db, tree, filters, walk):
+        for item in _scanned(db, tree, filters, walk, most):
             if isinstance(item, Hit):
                 yield item
             else:
