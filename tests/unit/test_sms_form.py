@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from producers.gateway.body import BadRequest
-from producers.sms.receiver import parse_form
+from producers.sms.receiver import Fields, parse_form, single
+from shared.surrogates import storable
 
 
 def as_parse_qsl_reads(body: bytes) -> tuple[str, object]:
@@ -87,3 +88,17 @@ def test_any_body_is_read_and_refused_as_parse_qsl_reads_it(body: bytes) -> None
 def test_any_encoded_form_is_read_back_as_it_was_encoded(pairs: list[tuple[str, str]]) -> None:
     body = urlencode(pairs, errors="surrogatepass").encode("utf-8", "surrogatepass")
     assert as_we_read(body) == as_parse_qsl_reads(body)
+
+
+@given(st.dictionaries(st.text(max_size=4), st.text(alphabet=st.characters(), max_size=8)))
+def test_each_field_is_given_once_and_storable(given_fields: dict[str, str]) -> None:
+    fields = Fields({name: [value] for name, value in given_fields.items()})
+    assert single(fields) == {name: storable(value) for name, value in given_fields.items()}
+
+
+def test_a_nul_or_a_lone_surrogate_becomes_a_replacement_character_and_a_repeat_is_400() -> None:
+    fields = Fields({"Body": ["a\x00b"], "From": ["+1415"], "X": ["\udc80\u00e9"], "Y": ["ok"]})
+    assert single(fields) == {"Body": "a\ufffdb", "From": "+1415", "X": "\ufffd\u00e9", "Y": "ok"}
+    with pytest.raises(BadRequest) as refused:
+        single(Fields({"Body": ["a"], "To": ["1", "2"]}))
+    assert (refused.value.status, refused.value.reason) == (400, "To is given more than once")
