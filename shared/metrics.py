@@ -9,6 +9,8 @@ built, never at import: it picks its multiprocess mode from PROMETHEUS_MULTIPROC
 
 from __future__ import annotations
 
+import glob
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -67,12 +69,33 @@ def registry(own: Any | None, *, store: Store | None, clock: Clock, multiprocess
     if multiprocess or own is None:
         served = CollectorRegistry(auto_describe=False)
         if multiprocess:
-            MultiProcessCollector(served)  # type: ignore[no-untyped-call]
+
+            class Children(MultiProcessCollector):
+                def collect(self) -> Any:
+                    files = sized_files(self._path)
+                    return self.merge(files, accumulate=True)  # type: ignore[no-untyped-call]
+
+            Children(served)  # type: ignore[no-untyped-call]
     else:
         served = own
     if store is not None:
         served.register(StoreCollector(store, clock))
     return served
+
+
+def sized_files(directory: str) -> list[str]:
+    """The multiprocess directory's metric files, but for one a process has just created and
+    not yet sized: prometheus_client makes a file, then sizes it, then maps it, and a scrape
+    that read it at 0 bytes failed on it (struct.error: the whole scrape answered 500, seen
+    when a prefork child took its first task). A file never goes back to 0 bytes once sized."""
+    found = []
+    for path in glob.glob(os.path.join(directory, "*.db")):
+        try:
+            if os.path.getsize(path) > 0:
+                found.append(path)
+        except FileNotFoundError:  # a dead child's live gauge, removed meanwhile
+            continue
+    return found
 
 
 def exposition(served: Any) -> tuple[bytes, str]:
