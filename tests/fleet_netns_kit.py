@@ -127,6 +127,11 @@ class Fleet:
             HERMES_PIPELINE__LEASE_SECONDS=str(LEASE),
             HERMES_PIPELINE__REDRIVE_SECONDS="1",
             HERMES_PIPELINE__RETRY_BACKOFF_SECONDS="0.2",
+            # A turn in flight through two of the test's faults (w1 SIGKILLed, w2 cut off) is
+            # claimed three times without ever failing, and the default 3 attempts then buried
+            # it as dead (seen once in CI: 'turn 240 is dead after 3 attempts: None'). The bound
+            # is for a turn that keeps failing, which this test has none of.
+            HERMES_PIPELINE__MAX_ATTEMPTS="5",
             PYTHONPATH=str(ROOT),
             **extra,
         )
