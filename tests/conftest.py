@@ -15,7 +15,7 @@ from hypothesis import settings as hypothesis_settings
 
 from shared.db import Store, open_store
 from shared.settings import Settings, load_settings
-from tests import store_template
+from tests import parallel, store_template
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
@@ -46,6 +46,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 DIALECTS = ("sqlite", "postgresql")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In a parallel run, the tests that build clusters of their own run one after another on
+    one worker (tests/parallel.py)."""
+    for item in items:
+        if any(item.get_closest_marker(name) for name in parallel.SERIAL_MARKERS):
+            item.add_marker(pytest.mark.xdist_group("serial"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -148,8 +156,11 @@ def _contract_database() -> str:
 
 @pytest.fixture
 def hermes_env(hermes_home: Path, database_url: str | None) -> dict[str, str]:
-    """An environment for subprocesses and settings: this test's HERMES_HOME, nothing inherited."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
+    """An environment for subprocesses and settings: this test's HERMES_HOME, nothing inherited.
+    Nor COLUMNS and LINES, which a pytest-xdist worker sets (80x24): a `hermes` in a pty of 200
+    columns would wrap every line at 80, as it never does in a serial run."""
+    inherited = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env = {k: v for k, v in inherited.items() if not k.startswith("HERMES_")}
     env["HERMES_HOME"] = str(hermes_home)
     if database_url is not None:
         env["HERMES_DATABASE_URL"] = database_url
@@ -180,9 +191,10 @@ def store(
 
 
 # The services the integration tests use. A developer running two checkouts' suites at once
-# points each at its own Redis port and PostgreSQL database (tests flush their Redis dbs).
-REDIS_PORT = int(os.environ.get("HERMES_TEST_REDIS_PORT", "6379"))
-POSTGRES_DB = os.environ.get("HERMES_TEST_POSTGRES_DB", "test")
+# points each at its own Redis port and PostgreSQL database (tests flush their Redis dbs); in a
+# parallel run each worker has its own (tests/parallel.py).
+REDIS_BASE_PORT = int(os.environ.get("HERMES_TEST_REDIS_PORT", "6379"))
+POSTGRES_DB = parallel.postgres_db(os.environ.get("HERMES_TEST_POSTGRES_DB", "test"))
 
 
 REDIS_DBS = 16  # redis-server's default `databases`
@@ -194,10 +206,12 @@ def redis_url() -> str:
     each) and points processes at numbered Redis dbs (tests/fakes/stack.redis_db_url flushes
     the one it hands out): a fleet id an earlier test left in any db would make this test's
     processes refuse to start (shared/fleet_registry.py), so every db's fleet keys go first.
-    Tests run one at a time per checkout, and each checkout has its own Redis port."""
-    service_or_skip("Redis", "127.0.0.1", REDIS_PORT)
-    _forget_fleets(REDIS_PORT)
-    return f"redis://127.0.0.1:{REDIS_PORT}/0"
+    Tests run one at a time per checkout (and per worker of a parallel run), and each has its
+    own Redis port."""
+    service_or_skip("Redis", "127.0.0.1", REDIS_BASE_PORT)
+    port = parallel.redis_port(REDIS_BASE_PORT)
+    _forget_fleets(port)
+    return f"redis://127.0.0.1:{port}/0"
 
 
 def _forget_fleets(port: int) -> None:
