@@ -30,42 +30,57 @@ class Pool:
     kind: str
 
 
-def _group_cpu_seconds(groups: set[int]) -> float:
-    """CPU seconds (user + system) used so far by every process in these process groups."""
+def _cpu_seconds(groups: set[int], names: tuple[str, ...]) -> tuple[float, dict[str, float]]:
+    """CPU seconds (user + system) used so far by every process in these process groups, and by
+    every process whose command name is one of `names` (the servers: PostgreSQL's backends,
+    redis-server), per name."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    grouped, by_name = 0, dict.fromkeys(names, 0)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            name, rest = (entry / "stat").read_text().rsplit(")", 1)
         except OSError:  # gone meanwhile
             continue
+        fields, comm = rest.split(), name.split("(", 1)[1]
+        used = int(fields[11]) + int(fields[12])  # utime, stime
         if int(fields[2]) in groups:  # pgrp
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
+            grouped += used
+        elif comm in by_name:
+            by_name[comm] += used
+    return grouped / tick, {comm: used / tick for comm, used in by_name.items()}
+
+
+# The servers a turn also costs CPU in, on this machine: every PostgreSQL backend (a fleet's
+# store; nothing on SQLite) and redis-server (the broker, bare tasks' too). Whatever else these
+# servers do meanwhile is counted, so run the bench on an otherwise quiet machine.
+SERVERS = {"postgres": "database", "redis-server": "broker"}
 
 
 class CpuMeter:
-    """CPU time spent by the workers and by this process (the producers) over a phase: per
-    turn it varies far less than throughput on a shared machine. Linux only (None elsewhere)."""
+    """CPU time spent over a phase by the workers, by this process (the producers) and by the
+    servers (SERVERS): per turn it varies far less than throughput on a shared machine. Linux
+    only (None elsewhere)."""
 
     def __init__(self, stack: Stack) -> None:
         self._groups = {proc.pid for proc in stack.workers}
         self._start = self._now()
 
-    def _now(self) -> tuple[float, float] | None:
+    def _now(self) -> dict[str, float] | None:
         if not Path("/proc/self/stat").exists():
             return None
         own = os.times()
-        return _group_cpu_seconds(self._groups), own.user + own.system
+        workers, servers = _cpu_seconds(self._groups, tuple(SERVERS))
+        used = {"workers": workers, "producer": own.user + own.system}
+        used.update({SERVERS[comm]: seconds for comm, seconds in servers.items()})
+        return used
 
     def per_item_ms(self, items: int) -> dict[str, float] | None:
         end = self._now()
         if self._start is None or end is None or items <= 0:
             return None
-        workers, producer = (1000 * (b - a) / items for a, b in zip(self._start, end, strict=True))
-        return {"workers": round(workers, 3), "producer": round(producer, 3)}
+        return {part: round(1000 * (end[part] - self._start[part]) / items, 3) for part in end}
 
 
 class Stack:
