@@ -33,6 +33,8 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # None: not a parallel run
 SERIAL_MARKERS = ("netns", "slow")
 
 _redis: list[tuple[int, subprocess.Popen[bytes]]] = []
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only calls into it
+PR_SET_PDEATHSIG = 1
 
 
 def postgres_db(base: str) -> str:
@@ -75,8 +77,9 @@ def _start_redis() -> tuple[int, subprocess.Popen[bytes]]:
 
 
 def _die_with_parent() -> None:
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    """In the forked child, before exec: SIGTERM when the worker that started it dies, even by
+    SIGKILL (atexit then never runs)."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _stop_redis() -> None:
