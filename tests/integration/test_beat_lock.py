@@ -22,6 +22,9 @@ from tests.chaos import ROOT, Fleet, env_for
 QUEUE = "hermes.maintenance"
 # The lock's time to live (20 s) plus one look (5 s), with room for a loaded machine.
 TAKEOVER_WAIT = 60.0
+# A beat's first send: its start (a Python process importing Celery), its lock, its first slot.
+# The suite runs four tests at once on two cores, where that has taken over 15 s.
+FIRST_SEND_WAIT = 90.0
 
 
 class Beats:
@@ -117,7 +120,7 @@ def beats(tmp_path: Path, hermes_env: dict[str, str], redis_box: Fleet) -> Itera
 
 def _holder(beats: Beats) -> int:
     """The one beat that schedules, after a few seconds of both running."""
-    first = beats.wait_for_sends(30)
+    first = beats.wait_for_sends(FIRST_SEND_WAIT)
     time.sleep(4)
     sent = first + beats.senders()
     assert len(set(sent)) == 1, f"two beats scheduled at once: {sent}\n{beats.logs()}"
@@ -162,10 +165,10 @@ def test_a_stalled_holder_stands_by_when_it_runs_again(beats: Beats) -> None:
 @pytest.mark.timeout(180)
 def test_a_wiped_broker_does_not_stop_the_schedule(beats: Beats, redis_box: Fleet) -> None:
     beats.start("host-a")
-    beats.wait_for_sends(30)
+    beats.wait_for_sends(FIRST_SEND_WAIT)
     redis_box.redis().flushall()  # the lock and every queued message are gone
     beats.senders()
-    assert beats.wait_for_sends(30), beats.logs()
+    assert beats.wait_for_sends(FIRST_SEND_WAIT), beats.logs()
 
 
 @pytest.mark.both_databases  # the fleet id each database holds names the lock and the db's fleet
@@ -182,12 +185,12 @@ def test_two_fleets_on_one_redis_each_schedule_on_a_db_of_their_own(
     other = Beats(other_dir, {**hermes_env, "HERMES_DATABASE_URL": other_db}, redis_box, db=1)
     try:
         mine = beats.start("host-a")
-        beats.wait_for_sends(30, by=mine.pid)
+        beats.wait_for_sends(FIRST_SEND_WAIT, by=mine.pid)
         refused = intruder.start("host-b")
         assert refused.wait(timeout=60) == 1, intruder.logs()
         assert "belongs to fleet" in intruder.logs() and other_db in intruder.logs()
         theirs = other.start("host-c")
-        assert other.wait_for_sends(30, by=theirs.pid), other.logs()
+        assert other.wait_for_sends(FIRST_SEND_WAIT, by=theirs.pid), other.logs()
         assert set(beats.senders()) == {mine.pid}, beats.logs()
     finally:
         intruder.stop()
