@@ -85,13 +85,7 @@ def single(fields: Fields) -> dict[str, str]:
     repeated = sorted(name for name, values in fields.items() if len(values) > 1)
     if repeated:
         raise BadRequest(400, f"{repeated[0]} is given more than once")
-    return {name: _storable(values[0]) for name, values in fields.items()}
-
-
-def _storable(value: str) -> str:
-    """shared.surrogates.storable, which an ASCII value without a NUL needs not (a lone
-    surrogate is not ASCII): for the usual fields, a check instead of a regex substitution."""
-    return value if value.isascii() and "\x00" not in value else storable(value)
+    return {name: storable(values[0]) for name, values in fields.items()}
 
 
 def twiml(text: str | None = None) -> Response:
