@@ -149,22 +149,31 @@ def title_of(store: Store, sid: str) -> tuple[str | None, str | None]:
 
 
 @contextmanager
-def pg_round_trips(conn: Connection, tmp: Path) -> Iterator[list[int]]:
-    """PostgreSQL: count the round trips (the server's ReadyForQuery messages, from libpq's
-    protocol trace) that `conn` makes inside the block; the count is in the list afterwards."""
+def pg_trace(conn: Connection, tmp: Path) -> Iterator[list[str]]:
+    """PostgreSQL: libpq's protocol trace of what `conn` sends and receives inside the block,
+    one message a line ("F\t…" sent, "B\t…" received); the lines are in the list afterwards."""
     from psycopg import pq
 
     pgconn = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
     path = tmp / f"trace-{id(conn)}.log"
-    counted: list[int] = []
+    lines: list[str] = []
     with path.open("w") as handle:
         pgconn.trace(handle.fileno())
         pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
         try:
-            yield counted
+            yield lines
         finally:
             pgconn.untrace()
-    lines = path.read_text(errors="replace").splitlines()
+    lines += path.read_text(errors="replace").splitlines()
+
+
+@contextmanager
+def pg_round_trips(conn: Connection, tmp: Path) -> Iterator[list[int]]:
+    """PostgreSQL: count the round trips (the server's ReadyForQuery messages, from libpq's
+    protocol trace) that `conn` makes inside the block; the count is in the list afterwards."""
+    counted: list[int] = []
+    with pg_trace(conn, tmp) as lines:
+        yield counted
     counted.append(sum(1 for line in lines if line.startswith("B\t") and "\tReadyForQuery" in line))
 
 

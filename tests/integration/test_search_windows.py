@@ -15,6 +15,7 @@ from shared.search.backend import Filters, Hit, Order
 from shared.search.postgresql import windows, words
 from shared.search.query import parse
 from tests.integration.search_kit import Log, backend_of, limits_of
+from tests.integration.storekit import pg_trace
 
 pytestmark = pytest.mark.both_databases
 
@@ -211,20 +212,11 @@ def test_substring_windows_find_every_match_once_in_every_order(
 def _piece_index_reads(store: Store, tmp_path: Path, order: Order, query: str) -> tuple[int, int]:
     """(hits taken, statements naming the piece index) for the first three hits of `query`,
     from libpq's trace of the connection's messages."""
-    from psycopg import pq
-
     backend = backend_of(store)
-    path = tmp_path / "trace.log"
-    with store.read() as conn, path.open("w") as handle:
-        pgconn = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
-        pgconn.trace(handle.fileno())
-        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-        try:
-            found = backend.hits(conn, parse(query), Filters(roles=ROLES), order)
-            taken = sum(1 for _ in zip(range(3), found, strict=False))
-        finally:
-            pgconn.untrace()
-    sent = [line for line in path.read_text(errors="replace").splitlines() if line[:2] == "F\t"]
+    with store.read() as conn, pg_trace(conn, tmp_path) as lines:
+        found = backend.hits(conn, parse(query), Filters(roles=ROLES), order)
+        taken = sum(1 for _ in zip(range(3), found, strict=False))
+    sent = [line for line in lines if line[:2] == "F\t"]
     return taken, sum("hermes_search_grams(" in line for line in sent)
 
 
