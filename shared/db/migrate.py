@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # The newest revision this code knows; a test keeps it equal to Alembic's head.
-HEAD = "0022"
+HEAD = "0023"
 # PostgreSQL advisory lock held by the transaction that migrates a database: processes that
 # open an empty database at once (every service of a fleet starting) make one schema.
 MIGRATION_LOCK = 0x4845524D4553  # "HERMES"
