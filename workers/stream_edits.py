@@ -158,11 +158,8 @@ def streaming(rt: Runtime, turn: TurnRow) -> Iterator[Live]:
     """The turn's live view: its Redis channel, plus its streamed message when the platform
     has stream_edits on; the side thread is stopped and joined before the turn commits."""
     base = live_for(rt.redis, turn.id)
-    try:
-        sender = rt.senders.get(turn.platform)
-    except LookupError:
-        sender = None
-    if not isinstance(sender, LiveEditor) or sender.live is None:
+    sender: LiveEditor | None = rt.senders.able(turn.platform, LiveEditor)
+    if sender is None or sender.live is None:
         yield base
         return
     editor = StreamEditor(sender, sender.live, turn)

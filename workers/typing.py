@@ -21,11 +21,8 @@ log = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def typing_while(senders: SenderRegistry, turn: TurnRow) -> Iterator[None]:
-    try:
-        sender = senders.get(turn.platform)
-    except LookupError:
-        sender = None
-    if not isinstance(sender, Typist):
+    sender: Typist | None = senders.able(turn.platform, Typist)
+    if sender is None:
         yield
         return
     done = threading.Event()

@@ -56,17 +56,32 @@ class MissingSdkSender:
 class SenderRegistry:
     def __init__(self, senders: list[Sender] | None = None) -> None:
         self._senders: dict[str, Sender] = {}
+        self._able: dict[tuple[str, type], Any] = {}
         for sender in senders or []:
             self.add(sender)
 
     def add(self, sender: Sender) -> None:
         self._senders[sender.platform] = sender
+        self._able.clear()
 
     def get(self, platform: str) -> Sender:
         try:
             return self._senders[platform]
         except KeyError:
             raise UnknownPlatform(f"no sender for platform {platform!r}") from None
+
+    def able(self, platform: str, port: type) -> Any:
+        """The platform's sender if it has `port` (a runtime-checkable Protocol: Typist,
+        LiveEditor...), else None, also for a platform with no sender. Asked on every turn, so
+        the answer is kept: a Protocol check that fails reads each of its members (11-12 us)."""
+        try:
+            return self._able[(platform, port)]
+        except KeyError:
+            pass
+        sender = self._senders.get(platform)
+        found = sender if sender is not None and isinstance(sender, port) else None
+        self._able[(platform, port)] = found
+        return found
 
     def platforms(self) -> list[str]:
         """Platforms this process can deliver to (a stand-in for a missing SDK is not one)."""
