@@ -63,6 +63,22 @@ def claim_turn(
     if finished is None:
         turn, route = inbox.next_turn_and_route(conn, lease.name)
         released = False
+    elif conn.dialect.name == "postgresql":
+        turn, route, history = inbox.finish_and_claim(
+            conn,
+            (finished.turn_id, finished.status, finished.error),
+            now,
+            lease,
+            finished.used,
+            max_attempts=rt.settings.pipeline.max_attempts,
+            history=HISTORY_MESSAGES,
+        )
+        if turn is not None and history is not None:  # marked running in the live session
+            assert route is not None
+            session = inbox.live_session(route)
+            assert session is not None
+            return Next("run", turn, session.id, started=now, context=(session, history))
+        released = turn is None
     else:
         turn, route = inbox.finish_and_next(
             conn, finished.turn_id, finished.status, now, finished.error, lease, finished.used

@@ -12,10 +12,12 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, exists, func, literal_column, or_, select, update
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from shared.db.prepared import Prepared
 from shared.db.schema import inbox
+from shared.db.schema import messages as messages_table
 from shared.db.schema import routes as routes_table
 from shared.model import MessageRecord
 from shared.pipeline import route_sessions, routes
@@ -48,6 +50,7 @@ from shared.pipeline.turn_rows import TurnRow as TurnRow
 from shared.pipeline.turn_rows import live_session as live_session
 from shared.store import messages as message_rows
 from shared.store import usage
+from shared.store.housekeeping import MEMORY_FLUSH
 
 # Hot statements: built once, run on the driver's cursor (see shared/db/prepared.py).
 _NEXT_OPEN = Prepared(
@@ -75,16 +78,21 @@ _NEXT_OPEN_WITH_ROUTE = (
     .order_by(inbox.c.seq)
     .limit(1)
 )
+
+
+def _running(session: Any) -> dict[str, Any]:
+    """A claimed turn's values: running (one attempt more) in `session`, since `b_now`."""
+    return {
+        "status": RUNNING,
+        "attempts": inbox.c.attempts + 1,
+        "started_at": bindparam("b_now"),
+        "session_id": session,
+        "not_before": None,
+    }
+
+
 _RUNNING = (
-    update(inbox)
-    .where(inbox.c.id == bindparam("b_id"))
-    .values(
-        status=RUNNING,
-        attempts=inbox.c.attempts + 1,
-        started_at=bindparam("b_now"),
-        session_id=bindparam("b_session"),
-        not_before=None,
-    )
+    update(inbox).where(inbox.c.id == bindparam("b_id")).values(_running(bindparam("b_session")))
 )
 _MARK_RUNNING = Prepared(_RUNNING)
 _FINISHED = (
@@ -134,6 +142,113 @@ def _finish_and_next(usage_shape: tuple[int, int, int, int] | None = None) -> Pr
 
 
 _FINISH_AND_NEXT = _finish_and_next()
+
+# Kinds a claim never marks running in the statement that finds them: a command is marked
+# without the history, a memory turn only if still wanted (`workers.drain_claim`).
+_CLAIMED_APART = ("command", MEMORY_FLUSH)
+
+
+@lru_cache(maxsize=64)
+def _finish_and_claim(usage_shape: tuple[int, int, int, int] | None = None) -> Prepared:
+    """PostgreSQL: `_finish_and_next`, and in the same statement the usual claim of what it
+    finds: the next turn marked running in the route's live session, with that session's last
+    `b_count` messages (`mark_running_with_history`). Only when nothing needs deciding in
+    Python: a turn other than a command or memory turn, due (`not_before`), under
+    `b_max` attempts, and a live session the route points at that has not ended. Otherwise
+    `marked` is 0 and the caller claims it as `finish_and_next`'s caller would.
+
+    One row (none when no turn is open): the turn's, its route's, `marked`, and `history`, the
+    messages as a JSON array, oldest first (NULL when there is none or nothing was marked)."""
+    done = _FINISHED.returning(inbox.c.id).cte("done")
+    following = _NEXT_OPEN_WITH_ROUTE.where(inbox.c.id != bindparam("b_id")).cte("following")
+    released = routes.release_unless(following).cte("released")
+    carried = usage.ctes(*usage_shape) if usage_shape is not None else ()
+    running = (
+        update(inbox)
+        .where(
+            inbox.c.id == following.c.id,
+            *(following.c.kind != kind for kind in _CLAIMED_APART),
+            or_(following.c.not_before.is_(None), following.c.not_before <= bindparam("b_now")),
+            following.c.attempts < bindparam("b_max"),
+            following.c.live_id.is_not(None),
+            following.c.ended_at.is_(None),
+        )
+        .values(_running(following.c.live_id))
+        .returning(inbox.c.id)
+        .cte("running")
+    )
+    history = (
+        select(messages_table)
+        .where(
+            messages_table.c.session_id == following.c.live_id,
+            exists(select(1).select_from(running)),
+        )
+        .order_by(messages_table.c.id.desc())
+        .limit(bindparam("b_count"))
+        .cte("history")
+    )
+    marked = select(func.count()).select_from(running).scalar_subquery().label("marked")
+    # The history as one JSON array of its rows (oldest first), on the turn's one row.
+    rows = select(history).subquery("rows")
+    messages_json = (
+        select(func.json_agg(aggregate_order_by(literal_column("rows"), rows.c.id)))
+        .select_from(rows)
+        .scalar_subquery()
+        .label("history")
+    )
+    statement = select(following, marked, messages_json).add_cte(
+        done, released, *carried, running, history
+    )
+    return Prepared(statement, dialect="postgresql")
+
+
+# What `finish_and_claim` found: the next turn and its route's state (as `NextTurn`), and the
+# history the model is given when the statement marked that turn running (else None).
+Claimed = tuple[TurnRow | None, Mapping[str, Any] | None, list[MessageRecord] | None]
+
+
+def finish_and_claim(
+    conn: Connection,
+    finished: tuple[int, str, str | None],
+    now: float,
+    lease: Lease,
+    used: usage.Usage | None,
+    *,
+    max_attempts: int,
+    history: int,
+) -> Claimed:
+    """PostgreSQL: `finish_and_next` for `finished` (turn id, status, error), marking the turn
+    it finds running with its last `history` messages where no decision is left to the caller
+    (`_finish_and_claim`). One round trip, where finishing and marking were two."""
+    turn_id, status, error = finished
+    params = {
+        "b_id": turn_id,
+        "b_status": status,
+        "b_now": now,
+        "b_error": error,
+        "b_key": lease.name,
+        "b_fence": lease.fence,
+        "b_max": max_attempts,
+        "b_count": history,
+    }
+    shape = used.shape if used is not None else None
+    row = _finish_and_claim(shape).first(conn, {**params, **used.params()} if used else params)
+    if row is None:
+        return None, None, None
+    turn, route = _turn_and_route(row)
+    if not row["marked"]:
+        return turn, route, None
+    # JSON gives a whole-number timestamp as an int: the model is given floats, as read apart.
+    return (
+        turn,
+        route,
+        [
+            MessageRecord.from_mapping({**found, "timestamp": float(found["timestamp"])})
+            for found in row["history"] or []
+        ],
+    )
+
+
 _NEXT_OPEN_WITH_ROUTE_PREPARED = Prepared(_NEXT_OPEN_WITH_ROUTE, dialect="postgresql")
 
 
