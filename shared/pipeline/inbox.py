@@ -202,6 +202,20 @@ def _finish_and_claim(usage_shape: tuple[int, int, int, int] | None = None) -> P
     return Prepared(statement, dialect="postgresql")
 
 
+def _finish_params(
+    turn_id: int, status: str, error: str | None, now: float, lease: Lease
+) -> dict[str, Any]:
+    """The binds of a finish that searches the key's next turn (`_finish_and_next`)."""
+    return {
+        "b_id": turn_id,
+        "b_status": status,
+        "b_now": now,
+        "b_error": error,
+        "b_key": lease.name,
+        "b_fence": lease.fence,
+    }
+
+
 # What `finish_and_claim` found: the next turn and its route's state (as `NextTurn`), and the
 # history the model is given when the statement marked that turn running (else None).
 Claimed = tuple[TurnRow | None, Mapping[str, Any] | None, list[MessageRecord] | None]
@@ -220,17 +234,7 @@ def finish_and_claim(
     """PostgreSQL: `finish_and_next` for `finished` (turn id, status, error), marking the turn
     it finds running with its last `history` messages where no decision is left to the caller
     (`_finish_and_claim`). One round trip, where finishing and marking were two."""
-    turn_id, status, error = finished
-    params = {
-        "b_id": turn_id,
-        "b_status": status,
-        "b_now": now,
-        "b_error": error,
-        "b_key": lease.name,
-        "b_fence": lease.fence,
-        "b_max": max_attempts,
-        "b_count": history,
-    }
+    params = {**_finish_params(*finished, now, lease), "b_max": max_attempts, "b_count": history}
     shape = used.shape if used is not None else None
     row = _finish_and_claim(shape).first(conn, {**params, **used.params()} if used else params)
     if row is None:
@@ -291,14 +295,7 @@ def finish_and_next(
         if used is not None:
             used.write(conn)
         return turn, None
-    params = {
-        "b_id": turn_id,
-        "b_status": status,
-        "b_now": now,
-        "b_error": error,
-        "b_key": lease.name,
-        "b_fence": lease.fence,
-    }
+    params = _finish_params(turn_id, status, error, now, lease)
     if used is None:
         return _turn_and_route(_FINISH_AND_NEXT.first(conn, params))
     row = _finish_and_next(used.shape).first(conn, {**params, **used.params()})
