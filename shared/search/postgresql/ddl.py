@@ -81,11 +81,6 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURNS NULL ON NULL INPUT AS $$
 $$
 """
 
-# Every character, and every pair as the non-overlapping pairs from the first and from the
-# second character; duplicates are left in (the GIN index keeps each key once). Built from
-# C-level regexp functions: 0.55 ms for a 350-character message where substr() over
-# generate_series took 1.5 ms and grew with the square of the length.
-
 
 def _function(signature: str, returns: str, query: str, language: str) -> str:
     """An index's function over one query. Revisions 0013-0022 made them LANGUAGE sql; 0023
@@ -100,6 +95,10 @@ def _function(signature: str, returns: str, query: str, language: str) -> str:
     return f"{head}BEGIN\n  RETURN (SELECT {query});\nEND\n$$\n"
 
 
+# Every character, and every pair as the non-overlapping pairs from the first and from the
+# second character; duplicates are left in (the GIN index keeps each key once). Built from
+# C-level regexp functions: 0.55 ms for a 350-character message where substr() over
+# generate_series took 1.5 ms and grew with the square of the length.
 GRAMS_SIGNATURE = ("hermes_search_grams(t text)", "text[]")
 GRAMS_QUERY = """regexp_split_to_array(t, '')
     || ARRAY(SELECT (regexp_matches(t, '..', 'g'))[1])
