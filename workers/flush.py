@@ -7,6 +7,12 @@ The lane's lease is short (`lane_ttl`) and the worker's Renewer extends it while
 flight, so a slow platform keeps its lane and a killed worker's lane is free again within
 seconds; a flush that lost its lease (paused, cut off) stops before its next send, and a send
 cut off midway is dropped by the kernel before the lease can move (workers/delivery/sockets.py).
+
+A flush sends only while its lease is surely its own for as long as that send can take: a
+write that took or extended the lease proves it only up to the clock read before that write
+plus the lease's ttl, not from when its answer arrived. An answer held up past that (the
+store's network cut after the commit, the process paused) is not taken as leave to send; the
+flush asks the store again first, and stops if another worker has the lane by then.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ class Opened:
     lease: leases.Lease | None
     rows: list[outbox.OutboxRow]
     cooldown_left: float | None = None
+    until: float = 0.0  # the lease is surely ours until then (see Held.until)
 
 
 def open_lane(
@@ -83,7 +90,7 @@ def open_lane(
             return Opened(None, [], cooldown_left=cooldown - now)
         lease = leases.acquire_named(conn, name, holder, now, ttl)  # a new lane
     rows = _pending_or_release(conn, lease) if lease is not None else []
-    return Opened(lease, rows)
+    return Opened(lease, rows, until=now + ttl)
 
 
 def flush(rt: Runtime, lane: str) -> FlushResult:
@@ -106,7 +113,8 @@ def send_opened(rt: Runtime, lane: str, opened: Opened) -> FlushResult:
     released = False
     cooldown_to: float | None = None
     try:
-        with rt.renewer.hold(lease, rt.clock(), named=True, ttl=lane_ttl(rt)) as held:
+        hold = rt.renewer.hold(lease, rt.clock(), named=True, ttl=lane_ttl(rt), until=opened.until)
+        with hold as held:
             result, released = _send_pending(rt, lease, rows, held)
         if result.reason in {"cooldown", "retry"} and result.retry_in is not None:
             cooldown_to = rt.clock() + result.retry_in if result.reason == "cooldown" else None
@@ -149,8 +157,10 @@ def _send_pending(
             now = rt.clock()
             if row.not_before is not None and row.not_before > now:
                 return FlushResult(sent, "retry", row.not_before - now), False
+            if not _ours_for_a_send(rt, lease, held):
+                return FlushResult(sent, "retry", 0.0), False
             look = index == len(rows) - 1 and sent + 1 < BATCH
-            step = _send_one(rt, lease, row, look=look)
+            step = _send_one(rt, lease, row, held, look=look)
             if step.stop is not None:
                 return FlushResult(sent, step.stop[0], step.stop[1]), False
             sent += 1
@@ -161,9 +171,27 @@ def _send_pending(
         rows = step.rows
 
 
-def _send_one(rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, *, look: bool) -> _Step:
+def _ours_for_a_send(rt: Runtime, lease: leases.Lease, held: Held) -> bool:
+    """Whether the lane stays this worker's until a send begun now is answered or dropped by
+    the kernel (`sockets.unacked_limit`). When what the last write proved runs short of that,
+    the store is asked again (LeaseLost: another worker has it); False when even that answer
+    came back too late to send on."""
+    ttl, within = lane_ttl(rt), sockets.unacked_limit(rt.lease_ttl)
+    if rt.clock() + within < held.until:
+        return True
+    with rt.store.write() as conn:
+        now = rt.clock()
+        leases.check_named(conn, lease, now, ttl)
+    held.confirmed(now, ttl)
+    return rt.clock() + within < held.until
+
+
+def _send_one(
+    rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, held: Held, *, look: bool
+) -> _Step:
     """Send one row and record what happened (with a look at what is next when `look`)."""
     metrics = rt.metrics
+    ttl = lane_ttl(rt)
     try:
         sender = rt.senders.get(row.platform)
         receipt = sender.send(row)
@@ -176,9 +204,11 @@ def _send_one(rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, *, look: 
         metrics.send_errors.labels(row.platform, "undeliverable").inc()
         log.warning("outbox %s to %s undeliverable: %s", row.id, row.lane, exc)
         with rt.store.write() as conn:
-            leases.check_named(conn, lease, rt.clock(), lane_ttl(rt))
-            outbox.mark_failed(conn, row.id, str(exc)[:500], rt.clock())
+            now = rt.clock()
+            leases.check_named(conn, lease, now, ttl)
+            outbox.mark_failed(conn, row.id, str(exc)[:500], now)
             rows = _pending_or_release(conn, lease) if look else None
+        held.confirmed(now, ttl)
         return _Step(rows=rows, released=rows == [])
     except Exception as exc:  # transient: connection dropped, 5xx
         metrics.send_errors.labels(row.platform, "retry").inc()
@@ -186,16 +216,19 @@ def _send_one(rt: Runtime, lease: leases.Lease, row: outbox.OutboxRow, *, look: 
         _record_retry(rt, lease, row, wait, f"{type(exc).__name__}: {exc}")
         return _Step(stop=("retry", wait))
 
-    def mark_sent(conn: Connection) -> list[outbox.OutboxRow] | None:
-        leases.check_named(conn, lease, rt.clock(), lane_ttl(rt))
+    def mark_sent(conn: Connection) -> tuple[list[outbox.OutboxRow] | None, float]:
+        now = rt.clock()
+        leases.check_named(conn, lease, now, ttl)
         if look:  # marking, looking and (nothing left) letting go: one round trip on PostgreSQL
             lane = lease.name.removeprefix("lane:")
-            message_id, now = receipt.platform_message_id, rt.clock()
-            return outbox.mark_sent_and_next(conn, row.id, message_id, now, lease, lane, PAGE)
-        outbox.mark_sent(conn, row.id, receipt.platform_message_id, rt.clock())
-        return None
+            message_id = receipt.platform_message_id
+            found = outbox.mark_sent_and_next(conn, row.id, message_id, now, lease, lane, PAGE)
+            return found, now
+        outbox.mark_sent(conn, row.id, receipt.platform_message_id, now)
+        return None, now
 
-    rows = rt.store.commit(mark_sent)
+    rows, now = rt.store.commit(mark_sent)
+    held.confirmed(now, ttl)
     metrics.replies_sent.labels(row.platform).inc()
     return _Step(rows=rows, released=rows == [])
 

@@ -4,6 +4,7 @@ chat lanes' while a send is in flight."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,15 @@ class Held:
     ttl: float | None = None  # None: the Renewer's
     lost: bool = False
     stop: bool = False
+    # The lease is surely this worker's until then: the clock read before the last write that
+    # extended it was sent, plus its ttl. A write whose answer came back late (the network cut,
+    # the process paused) proves only that much, however recent the answer. Kept for named
+    # leases (a lane's sends act outside the store); a session's writes are fenced instead.
+    until: float = math.inf
+
+    def confirmed(self, now: float, ttl: float) -> None:
+        """A write that extended the lease to `now + ttl` (`now` read before it) committed."""
+        self.until = max(self.until, now + ttl)
 
     def should_stop(self) -> bool:
         return self.lost or self.stop
@@ -52,9 +62,11 @@ class Renewer:
         *,
         named: bool = False,
         ttl: float | None = None,
+        until: float = math.inf,
     ) -> Iterator[Held]:
-        """Renew `lease` until the block ends; `named` for a named lease (see Held)."""
-        held = Held(lease, started_at, named=named, ttl=ttl)
+        """Renew `lease` until the block ends; `named` for a named lease, `until` how long the
+        write that took it proves it ours (see Held)."""
+        held = Held(lease, started_at, named=named, ttl=ttl, until=until)
         with self._lock:
             self._held.add(held)
             if self._thread is None:
@@ -88,6 +100,7 @@ class Renewer:
             snapshot = list(self._held)
         if not snapshot:
             return
+        renewed = []
         with self._store.write() as conn:
             now = self._clock()
             for held in snapshot:
@@ -104,11 +117,14 @@ class Renewer:
                         )
                     held.lost = True
                     continue
+                renewed.append((held, ttl))
                 if held.named:
                     continue  # stop requests are for sessions' turns
                 asked = routes.stop_requested_at(conn, held.lease.name)
                 if asked is not None and asked >= held.started_at:
                     held.stop = True
+        for held, ttl in renewed:  # committed
+            held.confirmed(now, ttl)
 
     def close(self) -> None:
         self._stopped = True

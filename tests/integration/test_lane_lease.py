@@ -3,6 +3,11 @@
 A worker SIGKILLed in the middle of a send used to keep its lane for a whole minute (a fixed
 lease no one renewed), so every later reply to that chat waited that long. The lease is now
 short and the holder's Renewer extends it while the send is in flight. Both databases.
+
+A holder whose store answered late (a worker cut off from the database after its commit) used
+to send on what that answer told it although its lease had run out meanwhile and another
+worker had sent the same replies; only Redis's record of sent parts kept that from being a
+reply twice and out of order, and Redis may come back empty.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +29,7 @@ from shared.settings import Settings, load_settings
 from tests.fakes.delivery import delivery_runtime, reply, row
 from tests.fakes.stack import redis_db_url
 from tests.fakes.telegram_api import FakeTelegram
-from workers.flush import flush, lane_ttl
+from workers.flush import flush, lane_ttl, open_lane, send_opened
 
 pytestmark = pytest.mark.both_databases
 
@@ -121,3 +127,53 @@ def test_a_slow_send_keeps_its_lane_and_a_killed_holders_lane_is_free_within_its
         if holder.poll() is None:
             holder.kill()
         holder.communicate(timeout=10)
+
+
+def _texts(fake: FakeTelegram) -> list[str]:
+    return [str(sent["text"]) for sent in fake.sent(CHAT)]
+
+
+def _opened_long_ago(store: Store, settings: Settings, lane: str) -> Any:
+    """The lane opened by a write whose answer reaches its worker only after the lease it took
+    ran out: the write, then the wait."""
+    with delivery_runtime(settings, store) as (rt, _):
+        ttl = lane_ttl(rt)
+        opened = store.commit(lambda conn: open_lane(conn, "late-worker", lane, time.time(), ttl))
+    assert opened.lease is not None and len(opened.rows) == 2
+    time.sleep(ttl + 0.3)
+    return opened
+
+
+def test_a_holder_answered_after_its_lease_ran_out_does_not_send_what_another_worker_sent(
+    lane_store: tuple[Settings, Store], fake: FakeTelegram
+) -> None:
+    settings, store = lane_store
+    first = reply(store, "telegram", CHAT, "first")
+    reply(store, "telegram", CHAT, "second")
+    lane = row(store, first).lane
+    opened = _opened_long_ago(store, settings, lane)
+    with delivery_runtime(settings, store) as (rt, _):
+        taken_over = flush(rt, lane)  # another worker: the lane is free again
+        assert (taken_over.sent, taken_over.reason) == (2, "idle"), taken_over
+        # Redis came back empty meanwhile (it keeps nothing on disk): which replies were sent
+        # is known only to the store now, where the late holder's lease has moved on.
+        rt.redis.flushdb()
+        late = send_opened(rt, lane, opened)
+    assert (late.sent, late.reason) == (0, "lost"), late
+    assert _texts(fake) == ["first", "second"]
+
+
+def test_a_holder_answered_late_sends_once_the_store_says_the_lane_is_still_its_own(
+    lane_store: tuple[Settings, Store], fake: FakeTelegram
+) -> None:
+    settings, store = lane_store
+    first = reply(store, "telegram", CHAT, "first")
+    reply(store, "telegram", CHAT, "second")
+    lane = row(store, first).lane
+    opened = _opened_long_ago(store, settings, lane)  # nobody took the lane meanwhile
+    with delivery_runtime(settings, store) as (rt, _):
+        late = send_opened(rt, lane, opened)
+        assert (late.sent, late.reason) == (2, "idle"), late
+        assert flush(rt, lane).reason == "idle"  # let go: free for the next reply
+    assert _texts(fake) == ["first", "second"]
+    assert {row(store, first).status, row(store, first + 1).status} == {outbox.SENT}
