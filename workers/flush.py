@@ -216,18 +216,22 @@ def _send_one(
         _record_retry(rt, lease, row, wait, f"{type(exc).__name__}: {exc}")
         return _Step(stop=("retry", wait))
 
+    message_id = receipt.platform_message_id
+
     def mark_sent(conn: Connection) -> tuple[list[outbox.OutboxRow] | None, float]:
         now = rt.clock()
         leases.check_named(conn, lease, now, ttl)
-        if look:  # marking, looking and (nothing left) letting go: one round trip on PostgreSQL
-            lane = lease.name.removeprefix("lane:")
-            message_id = receipt.platform_message_id
-            found = outbox.mark_sent_and_next(conn, row.id, message_id, now, lease, lane, PAGE)
-            return found, now
-        outbox.mark_sent(conn, row.id, receipt.platform_message_id, now)
+        outbox.mark_sent(conn, row.id, message_id, now)
         return None, now
 
-    rows, now = rt.store.commit(mark_sent)
+    def mark_sent_and_look(conn: Connection) -> tuple[list[outbox.OutboxRow] | None, float]:
+        # fencing, marking, looking and (nothing left) letting go: on PostgreSQL one statement,
+        # sent without BEGIN and COMMIT (one round trip, not four)
+        now = rt.clock()
+        lane = lease.name.removeprefix("lane:")
+        return outbox.mark_sent_and_next(conn, row.id, message_id, now, lease, lane, PAGE, ttl), now
+
+    rows, now = rt.store.commit_alone(mark_sent_and_look) if look else rt.store.commit(mark_sent)
     held.confirmed(now, ttl)
     metrics.replies_sent.labels(row.platform).inc()
     return _Step(rows=rows, released=rows == [])

@@ -132,10 +132,23 @@ def release_named(conn: Connection, lease: Lease, *, cooldown_until: float | Non
         _RELEASE_NAMED_COOLING.rowcount(conn, {**params, "b_cooldown": cooldown_until})
 
 
-def release_named_unless(found: Any) -> Any:
-    """`release_named` (bound `b_name`, `b_fence`) as a statement that lets go only when `found`
-    (a CTE) has no row, for a caller that makes it part of one statement with its look."""
-    return _RELEASE_NAMED_STATEMENT.where(~exists(select(1).select_from(found)))
+def checked_or_released_unless(found: Any) -> Any:
+    """`check_named` (bound `b_name`, `b_fence`, `b_expires`) and, when `found` (a CTE) has no
+    row, `release_named`, as one UPDATE returning the fence when it held: for a caller that makes
+    it part of one statement with its look (a statement changes a row once, so the check and the
+    release cannot be two UPDATEs in it)."""
+    more = exists(select(1).select_from(found))
+    return (
+        update(leases)
+        .where(leases.c.name == bindparam("b_name"), leases.c.fence == bindparam("b_fence"))
+        .values(
+            holder=case((more, leases.c.holder), else_=None),
+            expires_at=case(
+                (leases.c.holder.is_(None), None), (more, bindparam("b_expires")), else_=None
+            ),
+        )
+        .returning(leases.c.fence)
+    )
 
 
 def cooldown_until(conn: Connection, name: str, *, lock: bool = False) -> float | None:

@@ -6,7 +6,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, cast, exists, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    bindparam,
+    cast,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    true,
+    update,
+)
 
 from shared.db.prepared import Prepared
 from shared.db.schema import outbox
@@ -94,10 +106,11 @@ _MARK_SENT = Prepared(_SENT_ROW)
 
 
 def _sent_and_next() -> Prepared:
-    """PostgreSQL: `mark_sent`, `pending` and, when nothing is pending, `leases.release_named`,
-    as one statement. Its sub-statements share one snapshot, in which the row being marked is
-    still pending: the look leaves it out by id."""
-    sent = _SENT_ROW.returning(outbox.c.id).cte("sent")
+    """PostgreSQL: `leases.check_named`, `mark_sent`, `pending` and, when nothing is pending,
+    `leases.release_named`, as one statement, a transaction of its own. Its sub-statements share
+    one snapshot, in which the row being marked is still pending: the look leaves it out by id.
+    Its first column, `fenced`, is 0 when the fence moved (then it changed nothing); each row
+    after that is a pending one (none: a row of nulls beside `fenced`)."""
     following = (
         select(outbox)
         .where(
@@ -109,9 +122,14 @@ def _sent_and_next() -> Prepared:
         .limit(bindparam("b_limit"))
         .cte("following")
     )
-    released = leases.release_named_unless(following).cte("released")
+    fenced = leases.checked_or_released_unless(following).cte("fenced")
+    sent = _SENT_ROW.where(exists(select(1).select_from(fenced))).returning(outbox.c.id).cte("sent")
+    head = select(func.count().label("fenced")).select_from(fenced).cte("head")
     return Prepared(
-        select(following).order_by(following.c.id).add_cte(sent, released),
+        select(head.c.fenced, following)
+        .select_from(head.outerjoin(following, true()))
+        .order_by(following.c.id)
+        .add_cte(sent),
         dialect="postgresql",
     )
 
@@ -252,11 +270,15 @@ def mark_sent_and_next(
     lease: Lease,
     lane: str,
     limit: int,
+    ttl: float,
 ) -> list[OutboxRow]:
-    """Inside the lane's fenced write (its lease row written by `leases.check_named`): mark
-    `row_id` sent, and return the lane's next pending rows or, when there are none, let the
-    lease go. One round trip on PostgreSQL."""
+    """Under the lane's lease (`leases.check_named`, extending it by `ttl`; LeaseLost when the
+    fence moved, and nothing is written): mark `row_id` sent, and return the lane's next pending
+    rows or, when there are none, let the lease go. On PostgreSQL one statement, needing no
+    transaction around it (`Store.commit_alone`): run twice, it finds the row sent and the lane
+    as the first run left it."""
     if conn.dialect.name != "postgresql":
+        leases.check_named(conn, lease, now, ttl)
         mark_sent(conn, row_id, platform_message_id, now)
         rows = pending(conn, lane, limit=limit)
         if not rows:
@@ -270,8 +292,12 @@ def mark_sent_and_next(
         "b_limit": limit,
         "b_name": lease.name,
         "b_fence": lease.fence,
+        "b_expires": now + ttl,
     }
-    return [OutboxRow.from_mapping(row) for row in _SENT_AND_NEXT.all(conn, params)]
+    found = _SENT_AND_NEXT.all(conn, params)
+    if not found[0]["fenced"]:
+        raise leases.LeaseLost(f"lease on {lease.name} moved past fence {lease.fence}")
+    return [OutboxRow.from_mapping(row) for row in found if row["id"] is not None]
 
 
 def mark_retry(

@@ -126,8 +126,8 @@ def test_a_turn_of_a_running_session_costs_postgresql_few_round_trips(
     with its delivery (a memory sender) on PostgreSQL. The claim: BEGIN, lease, next turn with
     its route and session, running with the history for the model, COMMIT. The outcome: BEGIN,
     fence with the bump, the messages and the reply, the lane's lease, its rows, finish with
-    next/release and usage, COMMIT. The send: BEGIN, lane fence, sent with next rows and
-    release, COMMIT."""
+    next/release and usage, COMMIT. The send: the lane's fence, sent, next rows and release, in
+    one statement with no BEGIN or COMMIT around it."""
     if store.dialect != "postgresql":
         pytest.skip("round trips are what a statement costs on PostgreSQL")
     rt, _ = make_runtime(settings, store)
@@ -137,8 +137,49 @@ def test_a_turn_of_a_running_session_costs_postgresql_few_round_trips(
     with pg_store_round_trips(store, tmp_path) as trips:
         result = drain(rt, first.session_key)
     assert (result.ran, result.reason) == (1, "idle")
-    assert trips == [15]
+    assert trips == [12]
     assert transcript_of(store, first.session_key)[-2][1] == "message 1"
+
+
+def test_marking_a_reply_sent_under_a_moved_fence_writes_nothing(store: Store) -> None:
+    with store.write() as conn:
+        written = outbox.add(conn, platform="telegram", chat_id="c1", text="r0", now=1)
+        old = leases.acquire_named(conn, f"lane:{written.lane}", "worker", 1, 30)
+        assert old is not None
+    with store.write() as conn:  # its holder died: another took the lane when it expired
+        taken = leases.acquire_named(conn, old.name, "other", 40, 30)
+        assert taken is not None and taken.fence == old.fence + 1
+    with pytest.raises(leases.LeaseLost), store.write() as conn:
+        outbox.mark_sent_and_next(conn, written.id, "p1", 41, old, written.lane, 10, 30)
+    with store.read() as conn:
+        assert outbox.get_row(conn, written.id) == written
+        lease = conn.execute(select(leases_table.c.holder, leases_table.c.expires_at)).one()
+    assert tuple(lease) == ("other", 70)
+
+
+def test_marking_a_reply_sent_twice_leaves_what_once_did(store: Store) -> None:
+    """What `Store.commit_alone` may do when the connection died after the commit: run it
+    again. The row stays sent, and the lane as the first run left it."""
+    with store.write() as conn:
+        written = [
+            outbox.add(conn, platform="telegram", chat_id="c1", text=f"r{n}", now=n)
+            for n in range(2)
+        ]
+        lane = written[0].lane
+        lease = leases.acquire_named(conn, f"lane:{lane}", "worker", 1, 30)
+        assert lease is not None
+    for row_id, left in [(written[0].id, ["r1"]), (written[1].id, [])]:
+
+        def mark(conn: Connection, row_id: int = row_id) -> list[outbox.OutboxRow]:
+            return outbox.mark_sent_and_next(conn, row_id, "p1", 10, lease, lane, 10, 30)
+
+        for _ in range(2):
+            rows = store.commit_alone(mark)
+            assert [r.text for r in rows] == left
+            with store.read() as conn:
+                assert outbox.get_row(conn, row_id).status == outbox.SENT  # type: ignore[union-attr]
+                holder = conn.execute(select(leases_table.c.holder)).scalar_one()
+            assert holder == ("worker" if left else None)
 
 
 def test_marking_a_reply_sent_hands_over_the_next_or_lets_the_lane_go(
@@ -146,11 +187,10 @@ def test_marking_a_reply_sent_hands_over_the_next_or_lets_the_lane_go(
 ) -> None:
     def sent_and_next(row_id: int, lease: Lease) -> list[outbox.OutboxRow]:
         with store.write() as conn:
-            leases.check_named(conn, lease, 10, 30)  # as every fenced write of a lane begins
             if store.dialect != "postgresql":
-                return outbox.mark_sent_and_next(conn, row_id, "p1", 10, lease, lane, 10)
+                return outbox.mark_sent_and_next(conn, row_id, "p1", 10, lease, lane, 10, 30)
             with pg_round_trips(conn, tmp_path) as trips:
-                rows = outbox.mark_sent_and_next(conn, row_id, "p1", 10, lease, lane, 10)
+                rows = outbox.mark_sent_and_next(conn, row_id, "p1", 10, lease, lane, 10, 30)
             assert trips == [1]
             return rows
 
