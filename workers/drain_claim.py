@@ -60,25 +60,24 @@ def claim_turn(
     or release the lease if none."""
     # The next turn and (on PostgreSQL) its route's session state, read in one statement; with
     # `finished`, finishing, searching and (none open) releasing are one round trip there.
-    if finished is None:
-        turn, route = inbox.next_turn_and_route(conn, lease.name)
-        released = False
-    elif conn.dialect.name == "postgresql":
-        turn, route, history = inbox.finish_and_claim(
-            conn,
-            (finished.turn_id, finished.status, finished.error),
-            now,
-            lease,
-            finished.used,
-            max_attempts=rt.settings.pipeline.max_attempts,
-            history=HISTORY_MESSAGES,
-        )
+    if conn.dialect.name == "postgresql":
+        limits = {"max_attempts": rt.settings.pipeline.max_attempts, "history": HISTORY_MESSAGES}
+        if finished is None:
+            turn, route, history = inbox.next_and_claim(conn, now, lease, **limits)
+        else:
+            done = (finished.turn_id, finished.status, finished.error)
+            turn, route, history = inbox.finish_and_claim(
+                conn, done, now, lease, finished.used, **limits
+            )
         if turn is not None and history is not None:  # marked running in the live session
             assert route is not None
             session = inbox.live_session(route)
             assert session is not None
             return Next("run", turn, session.id, started=now, context=(session, history))
-        released = turn is None
+        released = finished is not None and turn is None
+    elif finished is None:
+        turn, route = inbox.next_open_turn(conn, lease.name), None
+        released = False
     else:
         turn, route = inbox.finish_and_next(
             conn, finished.turn_id, finished.status, now, finished.error, lease, finished.used

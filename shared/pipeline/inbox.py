@@ -149,20 +149,30 @@ _CLAIMED_APART = ("command", MEMORY_FLUSH)
 
 
 @lru_cache(maxsize=64)
-def _finish_and_claim(usage_shape: tuple[int, int, int, int] | None = None) -> Prepared:
+def _finish_and_claim(
+    usage_shape: tuple[int, int, int, int] | None = None, *, finish: bool = True
+) -> Prepared:
     """PostgreSQL: `_finish_and_next`, and in the same statement the usual claim of what it
     finds: the next turn marked running in the route's live session, with that session's last
     `b_count` messages (`mark_running_with_history`). Only when nothing needs deciding in
     Python: a turn other than a command or memory turn, due (`not_before`), under
     `b_max` attempts, and a live session the route points at that has not ended. Otherwise
-    `marked` is 0 and the caller claims it as `finish_and_next`'s caller would.
+    `marked` is 0 and the caller claims it as `finish_and_next`'s caller would. Without
+    `finish`, no turn is finished and nothing is let go: the key's next open turn is found
+    with its route's session state (`route_sessions.session_state`) and claimed the same way.
 
     One row (none when no turn is open): the turn's, its route's, `marked`, and `history`, the
     messages as a JSON array, oldest first (NULL when there is none or nothing was marked)."""
-    done = _FINISHED.returning(inbox.c.id).cte("done")
-    following = _NEXT_OPEN_WITH_ROUTE.where(inbox.c.id != bindparam("b_id")).cte("following")
-    released = routes.release_unless(following).cte("released")
-    carried = usage.ctes(*usage_shape) if usage_shape is not None else ()
+    carried: tuple[Any, ...] = ()
+    if finish:
+        following = _NEXT_OPEN_WITH_ROUTE.where(inbox.c.id != bindparam("b_id")).cte("following")
+        carried = (
+            _FINISHED.returning(inbox.c.id).cte("done"),
+            routes.release_unless(following).cte("released"),
+            *(usage.ctes(*usage_shape) if usage_shape is not None else ()),
+        )
+    else:
+        following = _NEXT_OPEN_WITH_ROUTE.cte("following")
     running = (
         update(inbox)
         .where(
@@ -196,9 +206,7 @@ def _finish_and_claim(usage_shape: tuple[int, int, int, int] | None = None) -> P
         .scalar_subquery()
         .label("history")
     )
-    statement = select(following, marked, messages_json).add_cte(
-        done, released, *carried, running, history
-    )
+    statement = select(following, marked, messages_json).add_cte(*carried, running, history)
     return Prepared(statement, dialect="postgresql")
 
 
@@ -237,6 +245,22 @@ def finish_and_claim(
     params = {**_finish_params(*finished, now, lease), "b_max": max_attempts, "b_count": history}
     shape = used.shape if used is not None else None
     row = _finish_and_claim(shape).first(conn, {**params, **used.params()} if used else params)
+    return _claimed(row)
+
+
+def next_and_claim(
+    conn: Connection, now: float, lease: Lease, *, max_attempts: int, history: int
+) -> Claimed:
+    """PostgreSQL, in a write that took or checked `lease` (its route row locked by that, so
+    every turn recorded for the key is visible): the key's next open turn with its route's
+    session state, marked running with its last `history` messages where no decision is left
+    to the caller, as `finish_and_claim` does. One round trip, where finding and marking were
+    two."""
+    params = {"b_key": lease.name, "b_now": now, "b_max": max_attempts, "b_count": history}
+    return _claimed(_finish_and_claim(finish=False).first(conn, params))
+
+
+def _claimed(row: Mapping[str, Any] | None) -> Claimed:
     if row is None:
         return None, None, None
     turn, route = _turn_and_route(row)
@@ -253,19 +277,8 @@ def finish_and_claim(
     )
 
 
-_NEXT_OPEN_WITH_ROUTE_PREPARED = Prepared(_NEXT_OPEN_WITH_ROUTE, dialect="postgresql")
-
-
 # The next open turn, and its route's session state when it was read with it (else None).
 NextTurn = tuple[TurnRow | None, Mapping[str, Any] | None]
-
-
-def next_turn_and_route(conn: Connection, key: str) -> NextTurn:
-    """`next_open_turn`, and on PostgreSQL the route's `route_sessions.session_state` read
-    with it."""
-    if conn.dialect.name != "postgresql":
-        return next_open_turn(conn, key), None
-    return _turn_and_route(_NEXT_OPEN_WITH_ROUTE_PREPARED.first(conn, {"b_key": key}))
 
 
 def _turn_and_route(row: Mapping[str, Any] | None) -> NextTurn:
@@ -285,8 +298,8 @@ def finish_and_next(
 ) -> NextTurn:
     """Inside the lease's fenced write (its route row locked by `routes.check_route`, so every
     turn recorded for the key is visible): finish `turn_id`, and return the key's next open turn
-    (as `next_turn_and_route`) or, when there is none, let the lease go; with `used`, write the
-    turn's usage rows too. One round trip on PostgreSQL."""
+    (on PostgreSQL with its route's session state) or, when there is none, let the lease go; with
+    `used`, write the turn's usage rows too. One round trip on PostgreSQL."""
     if conn.dialect.name != "postgresql":
         finish_turn(conn, turn_id, status, now, error=error)
         turn = next_open_turn(conn, lease.name)

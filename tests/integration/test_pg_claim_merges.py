@@ -1,6 +1,7 @@
 """A batch's next turn claimed in the statement that finishes the turn before it (PostgreSQL:
-`inbox.finish_and_claim`): marked running in the route's live session with the history the model
-is given, as the finish and `mark_running_with_history` left it in two round trips; and every
+`inbox.finish_and_claim`), and a drain's first turn in the statement that finds it
+(`inbox.next_and_claim`): marked running in the route's live session with the history the model
+is given, as the search and `mark_running_with_history` left it in two round trips; and every
 turn that needs a decision in Python (a command, a memory turn, one not yet due, one out of
 attempts, a route with no live session or an ended one) found but left as it was. The drain
 runs a batch the same on both databases."""
@@ -75,6 +76,28 @@ def _claim(store: Store, lease: Lease, finished: int, tmp: Path | None = None) -
         return claimed
 
 
+def _claim_first(store: Store, lease: Lease, finished: int, tmp: Path | None = None) -> Any:
+    """`finished` done in a write of its own, then the next turn claimed as a drain's first
+    is, in the write that checked the lease (as `workers.drain_claim.claim_next`)."""
+    with store.write() as conn:
+        inbox.finish_turn(conn, finished, inbox.DONE, 10)
+    with store.write() as conn:
+        routes.check_route(conn, lease, 10, 30)
+        if tmp is None:
+            return inbox.next_and_claim(conn, 10, lease, max_attempts=MAX_ATTEMPTS, history=HISTORY)
+        with pg_round_trips(conn, tmp) as trips:
+            claimed = inbox.next_and_claim(
+                conn, 10, lease, max_attempts=MAX_ATTEMPTS, history=HISTORY
+            )
+        assert trips == [1]
+        return claimed
+
+
+@pytest.fixture(params=["after_a_finish", "first_of_a_drain"])
+def claim(request: pytest.FixtureRequest) -> Any:
+    return _claim if request.param == "after_a_finish" else _claim_first
+
+
 def _row(store: Store, turn_id: int) -> tuple[Any, ...]:
     columns = (inbox_table.c.status, inbox_table.c.attempts, inbox_table.c.session_id)
     with store.read() as conn:
@@ -84,12 +107,12 @@ def _row(store: Store, turn_id: int) -> tuple[Any, ...]:
     return tuple(found)
 
 
-def test_the_next_turn_is_marked_running_with_its_history_in_the_finish(
-    store: Store, tmp_path: Path
+def test_the_next_turn_is_marked_running_with_its_history_in_the_statement_that_finds_it(
+    store: Store, tmp_path: Path, claim: Any
 ) -> None:
     _postgresql(store)
     lease, first, second = _two_turns(store)
-    found, route, history = _claim(store, lease, first, tmp_path)
+    found, route, history = claim(store, lease, first, tmp_path)
     assert found is not None and found.id == second
     assert route is not None and inbox.live_session(route) is not None
     assert route["live_id"] == "s1" and route["live_message_count"] == 5
@@ -101,7 +124,7 @@ def test_the_next_turn_is_marked_running_with_its_history_in_the_finish(
     assert _row(store, first)[0] == inbox.DONE
 
 
-def test_a_session_with_no_message_yet_gives_an_empty_history(store: Store) -> None:
+def test_a_session_with_no_message_yet_gives_an_empty_history(store: Store, claim: Any) -> None:
     _postgresql(store)
     key = SessionKey("k", shared=False)
     with store.write() as conn:
@@ -111,7 +134,7 @@ def test_a_session_with_no_message_yet_gives_an_empty_history(store: Store) -> N
         route_sessions.attach(conn, "k", "s1", 8)
         lease = routes.acquire_route(conn, "k", "worker", now=9, ttl=30)
         assert lease is not None
-    found, _route, history = _claim(store, lease, first)
+    found, _route, history = claim(store, lease, first)
     assert found is not None and found.id == second and history == []
     assert _row(store, second)[:2] == (inbox.RUNNING, 1)
 
@@ -144,13 +167,15 @@ def _ended(conn: Any, turn_id: int) -> None:
 @pytest.mark.parametrize(
     "make", [_command, _memory, _not_due, _out_of_attempts, _no_live_session, _ended]
 )
-def test_a_turn_that_needs_a_decision_is_found_but_left_as_it_was(store: Store, make: Any) -> None:
+def test_a_turn_that_needs_a_decision_is_found_but_left_as_it_was(
+    store: Store, make: Any, claim: Any
+) -> None:
     _postgresql(store)
     lease, first, second = _two_turns(store)
     with store.write() as conn:
         make(conn, second)
     before = _row(store, second)
-    found, route, history = _claim(store, lease, first)
+    found, route, history = claim(store, lease, first)
     assert found is not None and found.id == second and route is not None
     assert history is None
     assert _row(store, second) == before and before[0] == inbox.WAITING
@@ -165,6 +190,20 @@ def test_no_open_turn_lets_the_lease_go_in_the_finish(store: Store) -> None:
     with store.read() as conn:
         holder = conn.execute(select(routes_table.c.lease_holder)).scalar_one()
     assert holder is None
+
+
+def test_a_drains_first_claim_with_no_open_turn_finds_nothing_and_keeps_the_lease(
+    store: Store,
+) -> None:
+    """The caller lets go (`workers.drain_claim.claim_turn`): no finish here to do it in."""
+    _postgresql(store)
+    lease, first, second = _two_turns(store)
+    with store.write() as conn:
+        inbox.finish_turn(conn, second, inbox.CANCELLED, 9)
+    assert _claim_first(store, lease, first) == (None, None, None)
+    with store.read() as conn:
+        holder = conn.execute(select(routes_table.c.lease_holder)).scalar_one()
+    assert holder == "worker"
 
 
 def test_each_turn_of_a_batch_is_given_the_history_its_claim_read(
