@@ -23,7 +23,6 @@ import logging
 from dataclasses import dataclass
 
 from shared.commands import parse_command
-from shared.db import Connection
 from shared.model import MessageRecord, SessionRecord
 from shared.pipeline import inbox, leases, outbox, routes
 from workers import flush
@@ -39,6 +38,7 @@ from workers.drain_claim import claim_next as _claim_next
 from workers.drain_claim import claim_turn as _claim
 from workers.drain_claim import current_session as current_session
 from workers.drain_claim import session_context as _context
+from workers.drain_claim import take_and_claim as _take_and_claim
 from workers.drain_commit import SNAPSHOT_COLUMNS as SNAPSHOT_COLUMNS
 from workers.drain_commit import commit_turn as _commit
 from workers.drain_commit import reply_address as reply_address
@@ -60,14 +60,7 @@ class DrainResult:
 
 def drain(rt: Runtime, key: str) -> DrainResult:
     """Run `key`'s waiting turns; returns why it stopped. Safe to call any number of times."""
-    holder = rt.holder()
-
-    def take(conn: Connection) -> tuple[leases.Lease | None, _Next | None, float]:
-        now = rt.clock()
-        lease = routes.acquire_route(conn, key, holder, now, rt.lease_ttl)
-        return lease, _claim(conn, rt, lease, now) if lease is not None else None, now
-
-    lease, first, now = rt.store.commit(take)
+    lease, first, now = _take_and_claim(rt, key, rt.holder())
     if lease is None or first is None:
         return DrainResult(0, "busy")
     if first.action == "idle":  # a duplicate wake-up: the lease is already let go

@@ -5,6 +5,7 @@ key's live session (made on first need, `current_session`). `workers.drain` runs
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +109,54 @@ def claim_turn(
     if session is None or session.id != session_id:  # the route had none
         session = session_rows.require_session(conn, session_id)
     return Next("run", turn, session_id, started=now, context=(session, history))
+
+
+def take_and_claim(
+    rt: Runtime, key: str, holder: str
+) -> tuple[leases.Lease | None, Next | None, float]:
+    """Take `key`'s lease for `holder` and claim its first turn, in one write: the lease (None:
+    busy), what was claimed, and the clock it was claimed at.
+
+    On PostgreSQL one statement sent alone (`inbox.take_and_claim`, one round trip where the
+    write with its BEGIN and COMMIT was four) claims a due, ordinary turn of a live session; any
+    other turn it finds is claimed afresh in a write under the lease it took."""
+    if rt.store.dialect != "postgresql":
+
+        def take(conn: Connection) -> tuple[leases.Lease | None, Next | None, float]:
+            now = rt.clock()
+            lease = routes.acquire_route(conn, key, holder, now, rt.lease_ttl)
+            return lease, claim_turn(conn, rt, lease, now) if lease is not None else None, now
+
+        return rt.store.commit(take)
+    now = rt.clock()
+    limits = {"max_attempts": rt.settings.pipeline.max_attempts, "history": HISTORY_MESSAGES}
+    lease, (turn, route, history) = rt.store.commit_alone(
+        lambda conn: inbox.take_and_claim(conn, key, holder, now, rt.lease_ttl, **limits)
+    )
+    if lease is None:
+        return None, None, now
+    if turn is None:  # nothing open: the lease was let go in that statement
+        return lease, Next("idle"), now
+    if history is not None:  # marked running in the live session
+        assert route is not None
+        session = inbox.live_session(route)
+        assert session is not None
+        return lease, Next("run", turn, session.id, started=now, context=(session, history)), now
+
+    def claim(conn: Connection) -> tuple[Next, float]:
+        now = rt.clock()
+        routes.check_route(conn, lease, now, rt.lease_ttl)
+        return claim_turn(conn, rt, lease, now), now
+
+    try:
+        first, now = rt.store.commit(claim)
+    except leases.LeaseLost:
+        return None, None, now
+    except BaseException:  # the lease is taken, and nothing will run under it: let it go
+        with contextlib.suppress(Exception):
+            rt.store.commit(lambda conn: routes.release_route(conn, lease))
+        raise
+    return lease, first, now
 
 
 def session_context(conn: Connection, session_id: str) -> tuple[SessionRecord, list[MessageRecord]]:

@@ -12,7 +12,17 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, exists, func, literal_column, or_, select, update
+from sqlalchemy import (
+    Connection,
+    bindparam,
+    exists,
+    func,
+    literal_column,
+    or_,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from shared.db.prepared import Prepared
@@ -148,23 +158,31 @@ _FINISH_AND_NEXT = _finish_and_next()
 _CLAIMED_APART = ("command", MEMORY_FLUSH)
 
 
+FINISH, NEXT, TAKE = "finish", "next", "take"  # what `_finish_and_claim` does before it claims
+
+
 @lru_cache(maxsize=64)
 def _finish_and_claim(
-    usage_shape: tuple[int, int, int, int] | None = None, *, finish: bool = True
+    usage_shape: tuple[int, int, int, int] | None = None, *, first: str = FINISH
 ) -> Prepared:
     """PostgreSQL: `_finish_and_next`, and in the same statement the usual claim of what it
     finds: the next turn marked running in the route's live session, with that session's last
     `b_count` messages (`mark_running_with_history`). Only when nothing needs deciding in
     Python: a turn other than a command or memory turn, due (`not_before`), under
     `b_max` attempts, and a live session the route points at that has not ended. Otherwise
-    `marked` is 0 and the caller claims it as `finish_and_next`'s caller would. Without
-    `finish`, no turn is finished and nothing is let go: the key's next open turn is found
-    with its route's session state (`route_sessions.session_state`) and claimed the same way.
+    `marked` is 0 and the caller claims it as `finish_and_next`'s caller would.
 
-    One row (none when no turn is open): the turn's, its route's, `marked`, and `history`, the
-    messages as a JSON array, oldest first (NULL when there is none or nothing was marked)."""
+    `first`: FINISH as above; NEXT finishes nothing and lets nothing go (the key's next open
+    turn is found with its route's session state, `route_sessions.session_state`, and claimed
+    the same way); TAKE also takes the key's lease first (`routes.take_if`).
+
+    One row (with NEXT or FINISH, none when no turn is open): the turn's, its route's,
+    `marked`, and `history`, the messages as a JSON array, oldest first (NULL when there is none
+    or nothing was marked); with TAKE, `taken_fence` first (NULL: the lease is busy) and the
+    row's other columns NULL when no turn is open."""
     carried: tuple[Any, ...] = ()
-    if finish:
+    guards: tuple[Any, ...] = ()
+    if first == FINISH:
         following = _NEXT_OPEN_WITH_ROUTE.where(inbox.c.id != bindparam("b_id")).cte("following")
         carried = (
             _FINISHED.returning(inbox.c.id).cte("done"),
@@ -173,10 +191,19 @@ def _finish_and_claim(
         )
     else:
         following = _NEXT_OPEN_WITH_ROUTE.cte("following")
+    if first == TAKE:
+        # The search reads the statement's snapshot, taken before the route row was locked: a
+        # turn its last holder finished meanwhile may still look open there. Marking re-reads
+        # the turn's row (the open status below), so such a turn is left alone and the caller
+        # claims afresh.
+        taken = routes.take_if(following).cte("taken")
+        carried = (taken,)
+        guards = (exists(select(1).select_from(taken)), IS_OPEN)
     running = (
         update(inbox)
         .where(
             inbox.c.id == following.c.id,
+            *guards,
             *(following.c.kind != kind for kind in _CLAIMED_APART),
             or_(following.c.not_before.is_(None), following.c.not_before <= bindparam("b_now")),
             following.c.attempts < bindparam("b_max"),
@@ -206,8 +233,14 @@ def _finish_and_claim(
         .scalar_subquery()
         .label("history")
     )
-    statement = select(following, marked, messages_json).add_cte(*carried, running, history)
-    return Prepared(statement, dialect="postgresql")
+    if first != TAKE:
+        statement = select(following, marked, messages_json)
+    else:
+        head = select(select(taken.c.fence).scalar_subquery().label("taken_fence")).cte("head")
+        statement = select(head, following, marked, messages_json).select_from(
+            head.outerjoin(following, true())
+        )
+    return Prepared(statement.add_cte(*carried, running, history), dialect="postgresql")
 
 
 def _finish_params(
@@ -257,7 +290,39 @@ def next_and_claim(
     to the caller, as `finish_and_claim` does. One round trip, where finding and marking were
     two."""
     params = {"b_key": lease.name, "b_now": now, "b_max": max_attempts, "b_count": history}
-    return _claimed(_finish_and_claim(finish=False).first(conn, params))
+    return _claimed(_finish_and_claim(first=NEXT).first(conn, params))
+
+
+def take_and_claim(
+    conn: Connection,
+    key: str,
+    holder: str,
+    now: float,
+    ttl: float,
+    *,
+    max_attempts: int,
+    history: int,
+) -> tuple[Lease | None, Claimed]:
+    """PostgreSQL, one statement needing no transaction around it (`Store.commit_alone`):
+    `routes.acquire_route` for `holder` when a turn of `key` is open (else the lease is taken
+    and let go at once), and that turn claimed as `next_and_claim` claims it. The lease (None:
+    busy) and the claim; a turn found but not marked (history None) is to be claimed afresh in
+    a write under that lease, since it was found before the route was locked. Run twice, the
+    second finds the lease busy (the first's until it expires)."""
+    params = {
+        "b_key": key,
+        "b_now": now,
+        "b_holder": holder,
+        "b_expires": now + ttl,
+        "b_max": max_attempts,
+        "b_count": history,
+    }
+    row = _finish_and_claim(first=TAKE).first(conn, params)
+    assert row is not None  # the head row is always there
+    if row["taken_fence"] is None:
+        return None, (None, None, None)
+    lease = Lease(key, holder, int(row["taken_fence"]))
+    return lease, _claimed(row if row["id"] is not None else None)
 
 
 def _claimed(row: Mapping[str, Any] | None) -> Claimed:

@@ -124,6 +124,26 @@ def release_route(conn: Connection, lease: Lease) -> None:
     _RELEASE.rowcount(conn, {"b_key": lease.name, "b_fence": lease.fence})
 
 
+def take_if(found: Any) -> Any:
+    """`acquire_route` (bound `b_key`, `b_now`, `b_holder`, `b_expires`) as an UPDATE that keeps
+    the lease only when `found` (a CTE) has a row, and otherwise takes it and lets it go at once
+    (the fence moves and the wake claim clears, as an acquire and a release would): for a caller
+    that makes it part of one statement with its search. It returns the fence when the route
+    was free."""
+    more = exists(select(1).select_from(found))
+    return (
+        update(routes)
+        .where(routes.c.session_key == bindparam("b_key"), ROUTE_FREE)
+        .values(
+            lease_holder=case((more, bindparam("b_holder")), else_=None),
+            lease_expires_at=case((more, bindparam("b_expires")), else_=None),
+            fence=routes.c.fence + 1,
+            wake_sent_at=None,
+        )
+        .returning(routes.c.fence)
+    )
+
+
 def release_unless(found: Any) -> Any:
     """`release_route` (bound `b_key`, `b_fence`) as a statement that lets go only when `found`
     (a CTE) has no row, for a caller that makes it part of one statement with its search."""

@@ -1,6 +1,7 @@
 """A batch's next turn claimed in the statement that finishes the turn before it (PostgreSQL:
 `inbox.finish_and_claim`), and a drain's first turn in the statement that finds it
-(`inbox.next_and_claim`): marked running in the route's live session with the history the model
+(`inbox.next_and_claim`) or that also takes the key's lease (`inbox.take_and_claim`): marked
+running in the route's live session with the history the model
 is given, as the search and `mark_running_with_history` left it in two round trips; and every
 turn that needs a decision in Python (a command, a memory turn, one not yet due, one out of
 attempts, a route with no live session or an ended one) found but left as it was. The drain
@@ -8,12 +9,13 @@ runs a batch the same on both databases."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 
 from producers.intake import accept
 from shared.db import Store
@@ -26,7 +28,7 @@ from shared.settings import Settings
 from shared.store import messages
 from shared.store.housekeeping import MEMORY_FLUSH
 from shared.store.sessions import create_session, end_session
-from tests.integration.storekit import pg_round_trips
+from tests.integration.storekit import pg_round_trips, pg_store_round_trips
 from tests.pipeline_helpers import ScriptedAgent, make_runtime, turn
 from workers.agent.base import AgentRequest
 from workers.drain import drain
@@ -93,9 +95,33 @@ def _claim_first(store: Store, lease: Lease, finished: int, tmp: Path | None = N
         return claimed
 
 
-@pytest.fixture(params=["after_a_finish", "first_of_a_drain"])
+def _claim_taking(store: Store, lease: Lease, finished: int, tmp: Path | None = None) -> Any:
+    """`finished` done and the lease let go, as a drain that ended; then a new drain takes the
+    lease and claims the next turn in one statement sent alone."""
+    with store.write() as conn:
+        inbox.finish_turn(conn, finished, inbox.DONE, 10)
+        routes.release_route(conn, lease)
+
+    def take(conn: Any) -> Any:
+        return inbox.take_and_claim(
+            conn, "k", "next-worker", 10, 30, max_attempts=MAX_ATTEMPTS, history=HISTORY
+        )
+
+    if tmp is None:
+        taken, claimed = store.commit_alone(take)
+    else:
+        with pg_store_round_trips(store, tmp) as trips:
+            taken, claimed = store.commit_alone(take)
+        assert trips == [1]
+    assert taken is not None and taken.fence == lease.fence + 1
+    return claimed
+
+
+@pytest.fixture(params=["after_a_finish", "first_of_a_drain", "taking_the_lease"])
 def claim(request: pytest.FixtureRequest) -> Any:
-    return _claim if request.param == "after_a_finish" else _claim_first
+    return {"after_a_finish": _claim, "first_of_a_drain": _claim_first}.get(
+        request.param, _claim_taking
+    )
 
 
 def _row(store: Store, turn_id: int) -> tuple[Any, ...]:
@@ -204,6 +230,96 @@ def test_a_drains_first_claim_with_no_open_turn_finds_nothing_and_keeps_the_leas
     with store.read() as conn:
         holder = conn.execute(select(routes_table.c.lease_holder)).scalar_one()
     assert holder == "worker"
+
+
+def _route(store: Store) -> tuple[Any, ...]:
+    columns = (routes_table.c.lease_holder, routes_table.c.fence, routes_table.c.wake_sent_at)
+    with store.read() as conn:
+        return tuple(conn.execute(select(*columns)).one())
+
+
+def test_taking_a_busy_lease_claims_nothing(store: Store) -> None:
+    _postgresql(store)
+    _lease, _first, second = _two_turns(store)  # held by "worker" until 39
+    before, route = _row(store, second), _route(store)
+    taken = store.commit_alone(
+        lambda conn: inbox.take_and_claim(
+            conn, "k", "other", 10, 30, max_attempts=MAX_ATTEMPTS, history=HISTORY
+        )
+    )
+    assert taken == (None, (None, None, None))
+    assert _row(store, second) == before and _route(store) == route
+
+
+def test_taking_the_lease_of_a_key_with_no_open_turn_lets_it_go_at_once(store: Store) -> None:
+    """As an acquire and a release would: the fence moves and the wake claim clears, so the
+    key's next arrival sends a wake-up."""
+    _postgresql(store)
+    lease, first, second = _two_turns(store)
+    with store.write() as conn:
+        inbox.finish_turn(conn, first, inbox.DONE, 9)
+        inbox.finish_turn(conn, second, inbox.CANCELLED, 9)
+        routes.release_route(conn, lease)
+        conn.execute(routes_table.update().values(wake_sent_at=9))
+    taken, claimed = store.commit_alone(
+        lambda conn: inbox.take_and_claim(
+            conn, "k", "next-worker", 10, 30, max_attempts=MAX_ATTEMPTS, history=HISTORY
+        )
+    )
+    assert taken is not None and claimed == (None, None, None)
+    assert _route(store) == (None, lease.fence + 1, None)
+
+
+def test_a_turn_finished_while_the_take_waited_for_the_route_is_not_claimed_again(
+    store: Store,
+) -> None:
+    """The take's search reads the snapshot its statement began with. Here that statement
+    begins while the key's holder, its lease run out (40 > 39) but not yet taken over, is
+    finishing the last open turn (route row locked), and waits; the holder commits the turn
+    done and lets the lease go. The turn still looks open
+    in the take's snapshot, but marking reads the turn's row as committed: it is found, left
+    as it is (the caller claims afresh and finds nothing), never run twice."""
+    _postgresql(store)
+    lease, first, second = _two_turns(store)
+    with store.write() as conn:
+        inbox.finish_turn(conn, first, inbox.DONE, 9)
+        inbox.mark_running(conn, second, "s1", 9)
+    result: list[Any] = []
+
+    def take() -> None:
+        result.append(
+            store.commit_alone(
+                lambda conn: inbox.take_and_claim(
+                    conn, "k", "next-worker", 40, 30, max_attempts=MAX_ATTEMPTS, history=HISTORY
+                )
+            )
+        )
+
+    with store.write() as conn:  # the holder's last write: its route row locked first
+        routes.check_route(conn, lease, 10, 30)
+        taker = threading.Thread(target=take)
+        taker.start()
+        _wait_for_a_lock_wait(store)
+        inbox.finish_turn(conn, second, inbox.DONE, 10)
+        routes.release_route(conn, lease)
+    taker.join(30)
+    taken, (found, _route_state, history) = result[0]
+    assert taken is not None and found is not None and found.id == second
+    assert history is None  # not marked: claimed afresh by the caller, which finds nothing
+    assert _row(store, second)[:2] == (inbox.DONE, 1)
+
+
+def _wait_for_a_lock_wait(store: Store) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with store.read() as conn:
+            waiting = conn.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            ).scalar_one()
+        if waiting:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the take never waited for the route row")
 
 
 def test_each_turn_of_a_batch_is_given_the_history_its_claim_read(

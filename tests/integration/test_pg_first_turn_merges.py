@@ -112,10 +112,12 @@ def test_a_sessions_first_turn_is_given_the_session_it_made_as_stored(
 ) -> None:
     """The claim that makes the key's session gives the model the record it inserted, not a
     read of it: the same as the stored row, counters at their start. On PostgreSQL the claim is
-    6 round trips (BEGIN, lease, next turn with its route, the session made and attached,
-    running with the history, COMMIT; a look for a free id, the insert, the attach and a read
-    of the session made 9), in the first turn's drain of 20 with this test's own read (3) and
-    the outcome with its delivery (11; the delivery is one statement sent alone)."""
+    7 round trips: the lease taken with the turn found, one statement sent alone, which cannot
+    claim a turn with no live session; then BEGIN, the fence, the next turn with its route, the
+    session made and attached, running with the history, COMMIT (a look for a free id, the
+    insert, the attach and a read of the session made 9). The first turn's drain is 21 with this
+    test's own read (3) and the outcome with its delivery (11; the delivery is one statement
+    sent alone)."""
     seen: list[tuple[SessionRecord, SessionRecord]] = []
 
     def reply(request: AgentRequest) -> str:
@@ -130,7 +132,7 @@ def test_a_sessions_first_turn_is_given_the_session_it_made_as_stored(
     else:
         with pg_store_round_trips(store, tmp_path) as trips:
             assert drain(rt, key).ran == 1
-        assert trips == [20]
+        assert trips == [21]
     ((given, stored),) = seen
     assert given == stored and given.message_count == 0
 

@@ -123,8 +123,8 @@ def test_a_turn_of_a_running_session_costs_postgresql_few_round_trips(
     settings: Settings, store: Store, tmp_path: Path
 ) -> None:
     """The drain of one turn of a session that exists (the offline model: a reply, a usage row)
-    with its delivery (a memory sender) on PostgreSQL. The claim: BEGIN, lease, next turn with
-    its route and session marked running with the history for the model, COMMIT. The outcome: BEGIN,
+    with its delivery (a memory sender) on PostgreSQL. The claim: the lease taken and the next
+    turn marked running with the history for the model, one statement sent alone. The outcome: BEGIN,
     fence with the bump, the messages and the reply, the lane's lease, its rows, finish with
     next/release and usage, COMMIT. The send: the lane's fence, sent, next rows and release, in
     one statement with no BEGIN or COMMIT around it."""
@@ -137,7 +137,7 @@ def test_a_turn_of_a_running_session_costs_postgresql_few_round_trips(
     with pg_store_round_trips(store, tmp_path) as trips:
         result = drain(rt, first.session_key)
     assert (result.ran, result.reason) == (1, "idle")
-    assert trips == [11]
+    assert trips == [8]
     assert transcript_of(store, first.session_key)[-2][1] == "message 1"
 
 
