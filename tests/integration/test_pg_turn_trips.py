@@ -124,9 +124,9 @@ def test_a_turn_of_a_running_session_costs_postgresql_few_round_trips(
 ) -> None:
     """The drain of one turn of a session that exists (the offline model: a reply, a usage row)
     with its delivery (a memory sender) on PostgreSQL. The claim: the lease taken and the next
-    turn marked running with the history for the model, one statement sent alone. The outcome: BEGIN,
-    fence with the bump, the messages and the reply, the lane's lease, its rows, finish with
-    next/release and usage, COMMIT. The send: the lane's fence, sent, next rows and release, in
+    turn marked running with the history for the model, one statement sent alone. The outcome:
+    BEGIN, fence with the bump, the messages and the reply, the lane's lease, its rows, finish
+    with next/release and usage, COMMIT. The send: the lane's fence, sent, next rows and release, in
     one statement with no BEGIN or COMMIT around it."""
     if store.dialect != "postgresql":
         pytest.skip("round trips are what a statement costs on PostgreSQL")
