@@ -158,11 +158,11 @@ _FINISH_AND_NEXT = _finish_and_next()
 _CLAIMED_APART = ("command", MEMORY_FLUSH)
 
 
-FINISH, NEXT, TAKE = "finish", "next", "take"  # what `_finish_and_claim` does before it claims
+FINISH, NEXT, TAKE = "finish", "next", "take"  # what `_claim_statement` does before it claims
 
 
 @lru_cache(maxsize=64)
-def _finish_and_claim(
+def _claim_statement(
     usage_shape: tuple[int, int, int, int] | None = None, *, first: str = FINISH
 ) -> Prepared:
     """PostgreSQL: `_finish_and_next`, and in the same statement the usual claim of what it
@@ -274,10 +274,10 @@ def finish_and_claim(
 ) -> Claimed:
     """PostgreSQL: `finish_and_next` for `finished` (turn id, status, error), marking the turn
     it finds running with its last `history` messages where no decision is left to the caller
-    (`_finish_and_claim`). One round trip, where finishing and marking were two."""
+    (`_claim_statement`). One round trip, where finishing and marking were two."""
     params = {**_finish_params(*finished, now, lease), "b_max": max_attempts, "b_count": history}
     shape = used.shape if used is not None else None
-    row = _finish_and_claim(shape).first(conn, {**params, **used.params()} if used else params)
+    row = _claim_statement(shape).first(conn, {**params, **used.params()} if used else params)
     return _claimed(row)
 
 
@@ -290,7 +290,7 @@ def next_and_claim(
     to the caller, as `finish_and_claim` does. One round trip, where finding and marking were
     two."""
     params = {"b_key": lease.name, "b_now": now, "b_max": max_attempts, "b_count": history}
-    return _claimed(_finish_and_claim(first=NEXT).first(conn, params))
+    return _claimed(_claim_statement(first=NEXT).first(conn, params))
 
 
 def take_and_claim(
@@ -317,7 +317,7 @@ def take_and_claim(
         "b_max": max_attempts,
         "b_count": history,
     }
-    row = _finish_and_claim(first=TAKE).first(conn, params)
+    row = _claim_statement(first=TAKE).first(conn, params)
     assert row is not None  # the head row is always there
     if row["taken_fence"] is None:
         return None, (None, None, None)
