@@ -49,7 +49,7 @@ from bench import corpus
 from bench.common import drop_bench_schemas, ms
 from bench.common import quantile as pct
 from bench.store_appends import measure_appends, measure_fleet_appends
-from bench.store_postgres import copy_corpus
+from bench.store_postgres import copy_corpus, pending_sweep
 from shared.db import migrate, schema
 from shared.db import sqlite as store_sqlite
 from shared.db.engine import Store, connect, open_store
@@ -434,10 +434,13 @@ def on_postgres(args: argparse.Namespace, path: Path, workdir: Path) -> dict[str
             ).one()
         result.update(messages=int(messages), sessions=int(sessions))
         say(f"postgresql: {sessions:,} sessions, {messages:,} messages (copied in {seconds:.0f} s)")
-        result.update(measure_appends(store, None, session_ids, args.appends, args.seed))
+        with pending_sweep(store) as swept:
+            result.update(measure_appends(store, None, session_ids, args.appends, args.seed))
+        result["pending_sweeps"] = swept
         say(
             f"append: p50 {result['append_p50_ms']} ms, p99 {result['append_p99_ms']} ms, "
-            f"max {result['append_max_ms']} ms (cpu p99 {result['append_cpu_p99_ms']} ms)"
+            f"max {result['append_max_ms']} ms (cpu p99 {result['append_cpu_p99_ms']} ms); "
+            f"pending sweeps beside them moved {swept} pages"
         )
         result.update(measure_reads(store, repeats=200))
         say(

@@ -1,12 +1,16 @@
 """bench/store.py on PostgreSQL: the corpus built in state.db is copied into a fresh schema of
 the given database by `hermes db copy`'s own code (`shared.db.copy.copy_store`: ids, every
 column and the counters as they are, parents set after every session is there, verified), then
-the same appends, listing, stats and export are timed there.
+the same appends, listing, stats and export are timed there, with the index pending sweep
+running on beat's schedule beside the appends, as in a deployment.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +19,8 @@ from sqlalchemy import text
 from bench.common import fresh_schema
 from shared.db.copy import copy_store
 from shared.db.engine import Store, connect, open_store
+from shared.sections import MaintenanceSettings
+from shared.store import reclaim
 
 
 def copy_corpus(sqlite_path: Path, database_url: str, report: Any) -> tuple[Store, float]:
@@ -40,3 +46,25 @@ def copy_corpus(sqlite_path: Path, database_url: str, report: Any) -> tuple[Stor
     with target.write() as conn:
         conn.execute(text("ANALYZE"))
     return target, time.perf_counter() - started
+
+
+@contextmanager
+def pending_sweep(store: Store, every: float | None = None) -> Iterator[list[int]]:
+    """Beat's index pending sweep (`reclaim.flush_pending_lists`, every
+    `maintenance.index_pending_seconds` by default) in a thread for the block; the pages each
+    run moved are in the list afterwards."""
+    period = every if every is not None else MaintenanceSettings().index_pending_seconds
+    moved: list[int] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(period):
+            moved.append(sum(reclaim.flush_pending_lists(store).values()))
+
+    thread = threading.Thread(target=run, name="index-pending-sweep", daemon=True)
+    thread.start()
+    try:
+        yield moved
+    finally:
+        stop.set()
+        thread.join()

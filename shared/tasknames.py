@@ -14,6 +14,7 @@ RESET_SWEEP = "hermes.maintenance.reset_sweep"
 TITLE_SWEEP = "hermes.maintenance.title_sweep"
 PRUNE = "hermes.maintenance.prune"
 INDEX_MERGE = "hermes.maintenance.index_merge"
+INDEX_PENDING = "hermes.maintenance.index_pending"
 BACKUP = "hermes.maintenance.backup"
 CRON_TICK = "hermes.maintenance.cron_tick"
 

@@ -47,6 +47,7 @@ def beat_config(settings: Settings) -> dict[str, dict[str, Any]]:
         "titles": settings.maintenance.title_seconds,
         "prune": settings.maintenance.prune_seconds,
         "index_merge": settings.maintenance.index_merge_seconds,
+        "index_pending": settings.maintenance.index_pending_seconds,
     }
     for name, period in periods.items():
         entries[name]["schedule"] = period

@@ -42,7 +42,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from shared.db import migrate, sqlite
+from shared.db import migrate, postgresql, sqlite
 from shared.db.engine import Store, connect, guarded, open_store
 from shared.db.errors import StoreError
 from shared.db.schema import metadata, sessions
@@ -216,7 +216,10 @@ def _copy_to_server(
         raise StoreError(_not_empty(where, held))
     target = open_store(url)  # brings an empty database to head (the migrations' own lock)
     try:
-        return _copy(source, target, batch, on_table, on_rows)
+        copied = _copy(source, target, batch, on_table, on_rows)
+        with target.write() as conn:  # the copy's keys in, not left to the fleet's first turns
+            postgresql.flush_pending_lists(conn)
+        return copied
     finally:
         target.close()
 

@@ -1,4 +1,5 @@
-"""Everything PostgreSQL-only: the DDL of the message counters (revision 0011)."""
+"""Everything PostgreSQL-only: the DDL of the message counters (revision 0011), the size of our
+schema, and the flush of the search indexes' pending lists."""
 
 from __future__ import annotations
 
@@ -75,3 +76,22 @@ def schema_bytes(conn: Any) -> tuple[str, int]:
         " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm')"
     ).one()
     return str(row[0]), int(row[1])
+
+
+def flush_pending_lists(conn: Any) -> dict[str, int]:
+    """Move every GIN index's pending list of our schema into the index proper
+    (`gin_clean_pending_list`): {index: pages moved}.
+
+    GIN adds each new row's keys to a pending list, which every search of that index reads
+    whole, and moves the list into the index only when it outgrows `gin_pending_list_limit`
+    (4 MB): then the INSERT that found it full does the move, and that writer (a turn, an
+    append) waits 100-200 ms for it. Flushed often, from the maintenance sweep, the list stays
+    short and no writer pays."""
+    rows = conn.exec_driver_sql(
+        "SELECT c.relname, gin_clean_pending_list(c.oid)"
+        " FROM pg_class AS c JOIN pg_am AS a ON a.oid = c.relam"
+        " WHERE a.amname = 'gin' AND c.relkind = 'i'"
+        " AND c.relnamespace = current_schema()::regnamespace"
+        " ORDER BY c.relname"
+    ).all()
+    return {str(name): int(pages) for name, pages in rows}

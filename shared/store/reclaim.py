@@ -261,6 +261,15 @@ def truncate_wal(store: Store) -> bool:
         return sqlite.try_truncate_wal(conn)
 
 
+def flush_pending_lists(store: Store) -> dict[str, int]:
+    """PostgreSQL: the search indexes' pending lists moved into the indexes, {index: pages}
+    (`postgresql.flush_pending_lists`); empty on SQLite, whose FTS5 has none."""
+    if store.dialect != "postgresql":
+        return {}
+    with store.write() as conn:
+        return postgresql.flush_pending_lists(conn)
+
+
 def segment_counts(store: Store) -> dict[str, int]:
     """Segments per FTS5 index (1 once merged); empty on PostgreSQL."""
     if store.dialect != "sqlite":

@@ -101,6 +101,7 @@ def test_tasks_are_registered_under_readable_names(app: Celery) -> None:
         "hermes.maintenance.title_sweep",
         "hermes.maintenance.prune",
         "hermes.maintenance.index_merge",
+        "hermes.maintenance.index_pending",
         "hermes.maintenance.cron_tick",
     }
     assert expected <= registered

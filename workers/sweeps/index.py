@@ -1,10 +1,17 @@
-"""The index sweep: merge the FTS5 segments that turn-by-turn appends pile up.
+"""The index sweeps: merge the FTS5 segments that turn-by-turn appends pile up (SQLite), and
+move the GIN indexes' pending lists into the indexes (PostgreSQL).
 
 Every append leaves a small segment; the merging that appends do themselves (automerge) keeps
 the index at tens of segments, and every query reads each one. This sweep folds them together
 in bounded steps (the big segment is rewritten only when the small ones reach its level),
 under the maintenance lease the prune takes, so the two never run at once. It also ends any
 hold on the appends' merging that a killed maintenance run left behind.
+
+On PostgreSQL a new row's search keys wait in each GIN index's pending list until the list
+outgrows 4 MB, and the writer that finds it so moves it into the index and waits for that
+(100-200 ms). The pending sweep, run every few seconds, moves it first: no writer pays, and
+searches read a short list. It needs no lease: PostgreSQL lets one cleanup of an index run at
+a time, and a second finds nothing to do.
 """
 
 from __future__ import annotations
@@ -60,3 +67,20 @@ def sweep(rt: Runtime) -> IndexReport:
             leases.release_named(conn, lease)
     log.info("index segments %d -> %d", merged.segments_before, merged.segments_after)
     return IndexReport("merged", merged.segments_before, merged.segments_after, merged.steps)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReport:
+    reason: str  # flushed | not-needed
+    pages: int = 0  # pending-list pages moved into the indexes
+
+
+def pending_sweep(rt: Runtime) -> PendingReport:
+    """Move the search indexes' pending lists into the indexes (PostgreSQL only)."""
+    moved = reclaim_store.flush_pending_lists(rt.store)
+    if not moved:
+        return PendingReport("not-needed")
+    pages = sum(moved.values())
+    if pages:
+        log.info("search index pending lists: %d pages moved in", pages)
+    return PendingReport("flushed", pages)

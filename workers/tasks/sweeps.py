@@ -12,7 +12,15 @@ from typing import Any
 from celery import Celery
 
 from shared.db import OperationalError
-from shared.tasknames import BACKUP, CRON_TICK, INDEX_MERGE, PRUNE, RESET_SWEEP, TITLE_SWEEP
+from shared.tasknames import (
+    BACKUP,
+    CRON_TICK,
+    INDEX_MERGE,
+    INDEX_PENDING,
+    PRUNE,
+    RESET_SWEEP,
+    TITLE_SWEEP,
+)
 from workers.runtime import RuntimeHolder
 from workers.sweeps import backup, cron, index, prune, reset, titles
 
@@ -57,6 +65,11 @@ def register(app: Celery, runtimes: RuntimeHolder) -> None:
             "segments_before": report.segments_before,
             "segments_after": report.segments_after,
         }
+
+    @app.task(name=INDEX_PENDING, **options)
+    def pending_task(self: Any) -> dict[str, Any]:
+        report = index.pending_sweep(runtimes.get())
+        return {"reason": report.reason, "pages": report.pages}
 
     @app.task(name=BACKUP, **options)
     def backup_task(self: Any) -> dict[str, Any]:
