@@ -35,12 +35,11 @@ SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 600.0,
         "options": {"queue": "hermes.maintenance", "expires": 600.0},
     },
-    # Move the search indexes' pending lists in before a writer has to (PostgreSQL; a no-op
-    # on SQLite).
+    # Move the search indexes' pending lists in before a writer has to (PostgreSQL only).
     "index_pending": {
         "task": "hermes.maintenance.index_pending",
-        "schedule": 10.0,
-        "options": {"queue": "hermes.maintenance", "expires": 10.0},
+        "schedule": 2.0,
+        "options": {"queue": "hermes.maintenance", "expires": 2.0},
     },
     # A copy of state.db in $HERMES_HOME/backups (maintenance.backup_hours; off when 0).
     "backup": {

@@ -331,6 +331,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--no-fleet", action="store_true", help="skip the appends beside a checkpointer process"
     )
     parser.add_argument(
+        "--pending-sweep-seconds",
+        type=float,
+        help="PostgreSQL: how often the index pending sweep runs beside the appends (beat's "
+        "default; 0: never, to see what a writer pays without it)",
+    )
+    parser.add_argument(
         "--database-url",
         help="time on this PostgreSQL database (postgresql://…): the built corpus is copied "
         "into a fresh schema of it (dropped at the end); SQLite-only figures are left out",
@@ -434,7 +440,7 @@ def on_postgres(args: argparse.Namespace, path: Path, workdir: Path) -> dict[str
             ).one()
         result.update(messages=int(messages), sessions=int(sessions))
         say(f"postgresql: {sessions:,} sessions, {messages:,} messages (copied in {seconds:.0f} s)")
-        with pending_sweep(store) as swept:
+        with pending_sweep(store, args.pending_sweep_seconds) as swept:
             result.update(measure_appends(store, None, session_ids, args.appends, args.seed))
         result["pending_sweeps"] = swept
         say(

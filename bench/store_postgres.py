@@ -51,10 +51,13 @@ def copy_corpus(sqlite_path: Path, database_url: str, report: Any) -> tuple[Stor
 @contextmanager
 def pending_sweep(store: Store, every: float | None = None) -> Iterator[list[int]]:
     """Beat's index pending sweep (`reclaim.flush_pending_lists`, every
-    `maintenance.index_pending_seconds` by default) in a thread for the block; the pages each
-    run moved are in the list afterwards."""
+    `maintenance.index_pending_seconds` by default; 0: never) in a thread for the block; the
+    pages each run moved are in the list afterwards."""
     period = every if every is not None else MaintenanceSettings().index_pending_seconds
     moved: list[int] = []
+    if period <= 0:
+        yield moved
+        return
     stop = threading.Event()
 
     def run() -> None:

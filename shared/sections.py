@@ -255,7 +255,7 @@ class MaintenanceSettings(Section):
     prune_seconds: float = Field(default=3600, gt=0)
     cron_seconds: float = Field(default=15, gt=0, le=60)
     index_merge_seconds: float = Field(default=600, gt=0)
-    index_pending_seconds: float = Field(default=10, gt=0)
+    index_pending_seconds: float = Field(default=2, gt=0)
     vacuum_step_pages: int = Field(default=256, ge=16)
     index_merge_pages: int = Field(default=64, ge=16)
     vacuum_pause_ms: float = Field(default=20, ge=0)

@@ -58,6 +58,8 @@ def beat_config(settings: Settings) -> dict[str, dict[str, Any]]:
         entries["backup"]["options"]["expires"] = min(hours * 3600, 3600.0)
     else:
         del entries["backup"]
+    if not settings.resolved_database_url.startswith("postgresql"):
+        del entries["index_pending"]  # SQLite's FTS5 keeps no pending list
     return entries
 
 

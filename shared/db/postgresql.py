@@ -85,7 +85,7 @@ def flush_pending_lists(conn: Any) -> dict[str, int]:
     GIN adds each new row's keys to a pending list, which every search of that index reads
     whole, and moves the list into the index only when it outgrows `gin_pending_list_limit`
     (4 MB): then the INSERT that found it full does the move, and that writer (a turn, an
-    append) waits 100-200 ms for it. Flushed often, from the maintenance sweep, the list stays
+    append) waits 100-600 ms for it. Flushed often, from the maintenance sweep, the list stays
     short and no writer pays."""
     rows = conn.exec_driver_sql(
         "SELECT c.relname, gin_clean_pending_list(c.oid)"

@@ -28,3 +28,11 @@ def test_settings_override_the_periods(hermes_env: dict[str, str]) -> None:
     config = beat_config(settings)
     assert config["cron"]["schedule"] == 2 and config["redrive"]["schedule"] == 3
     assert beat_schedule.SCHEDULE["cron"]["schedule"] == 15.0  # the data itself is untouched
+
+
+def test_the_index_pending_sweep_is_scheduled_on_postgresql_alone(
+    hermes_env: dict[str, str],
+) -> None:
+    assert "index_pending" not in beat_config(load_settings(hermes_env))  # SQLite
+    on = load_settings({**hermes_env, "HERMES_DATABASE_URL": "postgresql://db.example/hermes"})
+    assert beat_config(on)["index_pending"]["schedule"] == 2.0

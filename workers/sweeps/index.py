@@ -9,7 +9,7 @@ hold on the appends' merging that a killed maintenance run left behind.
 
 On PostgreSQL a new row's search keys wait in each GIN index's pending list until the list
 outgrows 4 MB, and the writer that finds it so moves it into the index and waits for that
-(100-200 ms). The pending sweep, run every few seconds, moves it first: no writer pays, and
+(100-600 ms). The pending sweep, run every 2 seconds, moves it first: no writer pays, and
 searches read a short list. It needs no lease: PostgreSQL lets one cleanup of an index run at
 a time, and a second finds nothing to do.
 """
