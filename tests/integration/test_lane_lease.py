@@ -133,25 +133,25 @@ def _texts(fake: FakeTelegram) -> list[str]:
     return [str(sent["text"]) for sent in fake.sent(CHAT)]
 
 
-def _opened_long_ago(store: Store, settings: Settings, lane: str) -> Any:
-    """The lane opened by a write whose answer reaches its worker only after the lease it took
-    ran out: the write, then the wait."""
+def _opened_long_ago(store: Store, settings: Settings) -> tuple[int, str, Any]:
+    """Two replies in the chat's lane, opened by a write whose answer reaches its worker only
+    after the lease it took ran out (the write, then the wait): (first row id, lane, opened)."""
+    first = reply(store, "telegram", CHAT, "first")
+    reply(store, "telegram", CHAT, "second")
+    lane = row(store, first).lane
     with delivery_runtime(settings, store) as (rt, _):
         ttl = lane_ttl(rt)
         opened = store.commit(lambda conn: open_lane(conn, "late-worker", lane, time.time(), ttl))
     assert opened.lease is not None and len(opened.rows) == 2
     time.sleep(ttl + 0.3)
-    return opened
+    return first, lane, opened
 
 
 def test_a_holder_answered_after_its_lease_ran_out_does_not_send_what_another_worker_sent(
     lane_store: tuple[Settings, Store], fake: FakeTelegram
 ) -> None:
     settings, store = lane_store
-    first = reply(store, "telegram", CHAT, "first")
-    reply(store, "telegram", CHAT, "second")
-    lane = row(store, first).lane
-    opened = _opened_long_ago(store, settings, lane)
+    _first, lane, opened = _opened_long_ago(store, settings)
     with delivery_runtime(settings, store) as (rt, _):
         taken_over = flush(rt, lane)  # another worker: the lane is free again
         assert (taken_over.sent, taken_over.reason) == (2, "idle"), taken_over
@@ -167,10 +167,7 @@ def test_a_holder_answered_late_sends_once_the_store_says_the_lane_is_still_its_
     lane_store: tuple[Settings, Store], fake: FakeTelegram
 ) -> None:
     settings, store = lane_store
-    first = reply(store, "telegram", CHAT, "first")
-    reply(store, "telegram", CHAT, "second")
-    lane = row(store, first).lane
-    opened = _opened_long_ago(store, settings, lane)  # nobody took the lane meanwhile
+    first, lane, opened = _opened_long_ago(store, settings)  # nobody took the lane meanwhile
     with delivery_runtime(settings, store) as (rt, _):
         late = send_opened(rt, lane, opened)
         assert (late.sent, late.reason) == (2, "idle"), late

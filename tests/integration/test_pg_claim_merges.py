@@ -207,29 +207,21 @@ def test_a_turn_that_needs_a_decision_is_found_but_left_as_it_was(
     assert _row(store, second) == before and before[0] == inbox.WAITING
 
 
-def test_no_open_turn_lets_the_lease_go_in_the_finish(store: Store) -> None:
+@pytest.mark.parametrize(
+    ("claiming", "holder"),
+    [(_claim, None), (_claim_first, "worker")],
+    ids=["a_finish_lets_it_go", "a_drains_first_claim_leaves_it_to_its_caller"],
+)
+def test_no_open_turn_and_the_lease(store: Store, claiming: Any, holder: str | None) -> None:
+    """A finish lets the lease go in its statement; a drain's first claim has no finish to do
+    it in, and its caller lets go (`workers.drain_claim.claim_turn`)."""
     _postgresql(store)
     lease, first, second = _two_turns(store)
     with store.write() as conn:
         inbox.finish_turn(conn, second, inbox.CANCELLED, 9)
-    assert _claim(store, lease, first) == (None, None, None)
+    assert claiming(store, lease, first) == (None, None, None)
     with store.read() as conn:
-        holder = conn.execute(select(routes_table.c.lease_holder)).scalar_one()
-    assert holder is None
-
-
-def test_a_drains_first_claim_with_no_open_turn_finds_nothing_and_keeps_the_lease(
-    store: Store,
-) -> None:
-    """The caller lets go (`workers.drain_claim.claim_turn`): no finish here to do it in."""
-    _postgresql(store)
-    lease, first, second = _two_turns(store)
-    with store.write() as conn:
-        inbox.finish_turn(conn, second, inbox.CANCELLED, 9)
-    assert _claim_first(store, lease, first) == (None, None, None)
-    with store.read() as conn:
-        holder = conn.execute(select(routes_table.c.lease_holder)).scalar_one()
-    assert holder == "worker"
+        assert conn.execute(select(routes_table.c.lease_holder)).scalar_one() == holder
 
 
 def _route(store: Store) -> tuple[Any, ...]:

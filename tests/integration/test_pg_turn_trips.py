@@ -141,6 +141,19 @@ def test_a_turn_of_a_running_session_costs_postgresql_few_round_trips(
     assert transcript_of(store, first.session_key)[-2][1] == "message 1"
 
 
+def _replies_in_a_held_lane(store: Store, count: int) -> tuple[list[outbox.OutboxRow], str, Lease]:
+    """`count` replies to one chat, r0 first, and its lane's lease held by "worker"."""
+    with store.write() as conn:
+        written = [
+            outbox.add(conn, platform="telegram", chat_id="c1", text=f"r{n}", now=n)
+            for n in range(count)
+        ]
+        lane = written[0].lane
+        lease = leases.acquire_named(conn, f"lane:{lane}", "worker", 1, 30)
+        assert lease is not None
+    return written, lane, lease
+
+
 def test_marking_a_reply_sent_under_a_moved_fence_writes_nothing(store: Store) -> None:
     with store.write() as conn:
         written = outbox.add(conn, platform="telegram", chat_id="c1", text="r0", now=1)
@@ -160,14 +173,7 @@ def test_marking_a_reply_sent_under_a_moved_fence_writes_nothing(store: Store) -
 def test_marking_a_reply_sent_twice_leaves_what_once_did(store: Store) -> None:
     """What `Store.commit_alone` may do when the connection died after the commit: run it
     again. The row stays sent, and the lane as the first run left it."""
-    with store.write() as conn:
-        written = [
-            outbox.add(conn, platform="telegram", chat_id="c1", text=f"r{n}", now=n)
-            for n in range(2)
-        ]
-        lane = written[0].lane
-        lease = leases.acquire_named(conn, f"lane:{lane}", "worker", 1, 30)
-        assert lease is not None
+    written, lane, lease = _replies_in_a_held_lane(store, 2)
     for row_id, left in [(written[0].id, ["r1"]), (written[1].id, [])]:
 
         def mark(conn: Connection, row_id: int = row_id) -> list[outbox.OutboxRow]:
@@ -194,14 +200,7 @@ def test_marking_a_reply_sent_hands_over_the_next_or_lets_the_lane_go(
             assert trips == [1]
             return rows
 
-    with store.write() as conn:
-        written = [
-            outbox.add(conn, platform="telegram", chat_id="c1", text=f"r{n}", now=n)
-            for n in range(3)
-        ]
-        lane = written[0].lane
-        lease = leases.acquire_named(conn, f"lane:{lane}", "worker", 1, 30)
-        assert lease is not None
+    written, lane, lease = _replies_in_a_held_lane(store, 3)
     rows = sent_and_next(written[0].id, lease)
     assert [r.text for r in rows] == ["r1", "r2"]
     assert [r.text for r in sent_and_next(written[1].id, lease)] == ["r2"]
