@@ -82,5 +82,5 @@ def pending_sweep(rt: Runtime) -> PendingReport:
         return PendingReport("not-needed")
     pages = sum(moved.values())
     if pages:
-        log.info("search index pending lists: %d pages moved in", pages)
+        log.debug("search index pending lists: %d pages moved in", pages)  # every 2 s under load
     return PendingReport("flushed", pages)
