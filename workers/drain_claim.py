@@ -62,19 +62,15 @@ def claim_turn(
     # The next turn and (on PostgreSQL) its route's session state, read in one statement; with
     # `finished`, finishing, searching and (none open) releasing are one round trip there.
     if conn.dialect.name == "postgresql":
-        limits = {"max_attempts": rt.settings.pipeline.max_attempts, "history": HISTORY_MESSAGES}
         if finished is None:
-            turn, route, history = inbox.next_and_claim(conn, now, lease, **limits)
+            turn, route, history = inbox.next_and_claim(conn, now, lease, **_limits(rt))
         else:
             done = (finished.turn_id, finished.status, finished.error)
             turn, route, history = inbox.finish_and_claim(
-                conn, done, now, lease, finished.used, **limits
+                conn, done, now, lease, finished.used, **_limits(rt)
             )
-        if turn is not None and history is not None:  # marked running in the live session
-            assert route is not None
-            session = inbox.live_session(route)
-            assert session is not None
-            return Next("run", turn, session.id, started=now, context=(session, history))
+        if turn is not None and history is not None:
+            return _marked(turn, route, history, now)
         released = finished is not None and turn is None
     elif finished is None:
         turn, route = inbox.next_open_turn(conn, lease.name), None
@@ -129,19 +125,15 @@ def take_and_claim(
 
         return rt.store.commit(take)
     now = rt.clock()
-    limits = {"max_attempts": rt.settings.pipeline.max_attempts, "history": HISTORY_MESSAGES}
     lease, (turn, route, history) = rt.store.commit_alone(
-        lambda conn: inbox.take_and_claim(conn, key, holder, now, rt.lease_ttl, **limits)
+        lambda conn: inbox.take_and_claim(conn, key, holder, now, rt.lease_ttl, **_limits(rt))
     )
     if lease is None:
         return None, None, now
     if turn is None:  # nothing open: the lease was let go in that statement
         return lease, Next("idle"), now
-    if history is not None:  # marked running in the live session
-        assert route is not None
-        session = inbox.live_session(route)
-        assert session is not None
-        return lease, Next("run", turn, session.id, started=now, context=(session, history)), now
+    if history is not None:
+        return lease, _marked(turn, route, history, now), now
 
     def claim(conn: Connection) -> tuple[Next, float]:
         now = rt.clock()
@@ -157,6 +149,20 @@ def take_and_claim(
             rt.store.commit(lambda conn: routes.release_route(conn, lease))
         raise
     return lease, first, now
+
+
+def _limits(rt: Runtime) -> dict[str, int]:
+    """What a claim statement marks by (`inbox.finish_and_claim` and its kin)."""
+    return {"max_attempts": rt.settings.pipeline.max_attempts, "history": HISTORY_MESSAGES}
+
+
+def _marked(turn: inbox.TurnRow, route: Any, history: list[MessageRecord], now: float) -> Next:
+    """A turn a claim statement marked running in the route's live session, with the history
+    it read."""
+    assert route is not None
+    session = inbox.live_session(route)
+    assert session is not None
+    return Next("run", turn, session.id, started=now, context=(session, history))
 
 
 def session_context(conn: Connection, session_id: str) -> tuple[SessionRecord, list[MessageRecord]]:
