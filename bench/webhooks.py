@@ -325,7 +325,8 @@ def run(
         )
         try:
             wait_healthy(port, proc)
-            for kind, path in KINDS.items():
+            for kind in args.kinds:
+                path = KINDS[kind]
                 name = kind if server == "gateway" else f"bare_{kind}"
                 measured = []
                 cpu_before = _cpu_seconds(proc.pid)
@@ -404,6 +405,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--database-url", help="the store in PostgreSQL (postgresql://…; a fresh schema in it)"
     )
+    parser.add_argument(
+        "--kinds",
+        type=_kinds,
+        default=list(KINDS),
+        help=f"comma list of the endpoints to load (default: all of {','.join(KINDS)})",
+    )
     parser.add_argument("--serve", choices=["gateway", "bare"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--load", help=argparse.SUPPRESS)
@@ -412,6 +419,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--connections", type=int, default=1, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def _kinds(text: str) -> list[str]:
+    kinds = [kind.strip() for kind in text.split(",") if kind.strip()]
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"unknown endpoint {', '.join(unknown) or '(none)'}: choose from {', '.join(KINDS)}"
+        )
+    return list(dict.fromkeys(kinds))
 
 
 def _exit(signum: int, _frame: Any) -> None:
@@ -447,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
             keys.close()
     out: dict[str, Any] = {"bench": "webhooks", "quick": args.quick, "target_p99_ms": TARGET_P99_MS}
     out["database"] = "postgresql" if args.database_url else "sqlite"
-    for kind in KINDS:
+    for kind in args.kinds:
         gateway, bare = results[kind], results[f"bare_{kind}"]
         ratio = gateway["sustained_rps"] / bare["sustained_rps"] if bare["sustained_rps"] else None
         out[kind] = {
@@ -467,12 +484,12 @@ def main(argv: list[str] | None = None) -> int:
             "bare_levels": bare["levels"],
         }
     # every 200 the gateway sent is a turn committed first: the two counts must agree
-    acked = sum(out[k]["ok"] for k in KINDS)
+    acked = sum(out[k]["ok"] for k in args.kinds)
     out["recorded_turns"] = results["recorded_turns"]
     out["gateway_200s"] = acked
     out["recorded_matches_200s"] = results["recorded_turns"] == acked
     # a level of each endpoint with p99 within the target and no errors at all
-    out["meets_target"] = all(out[k]["at_connections"] is not None for k in KINDS)
+    out["meets_target"] = all(out[k]["at_connections"] is not None for k in args.kinds)
     out["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
     out["seconds_per_level"] = QUICK_SECONDS if args.quick else args.seconds
     out["wall_seconds"] = round(time.monotonic() - started, 1)
