@@ -66,7 +66,11 @@ OK = b'{"ok": true}'
 ACK = Response(OK, media_type="application/json")
 TIMEOUT = 10.0
 REMEMBER_SECONDS = 600.0
-REMEMBERED = 1024
+REMEMBERED = 1024  # tokens that passed, kept for REMEMBER_SECONDS at most
+# Conversations whose service URL this receiver knows is stored. A conversation it does not
+# remember costs its turn a write more (the URL saved again): at 1,024 a bot with a few
+# thousand active conversations rewrote it on most turns. An entry is ~200 bytes.
+URLS_REMEMBERED = 16_384
 
 
 class TeamsReceiver:
@@ -148,7 +152,7 @@ class TeamsReceiver:
         if storing:  # committed: on the event loop, so no lock is needed
             self._stored[chat_id] = url
             self._stored.move_to_end(chat_id)
-            while len(self._stored) > REMEMBERED:
+            while len(self._stored) > URLS_REMEMBERED:
                 self._stored.popitem(last=False)
         return None
 
