@@ -67,16 +67,22 @@ class MessageRecord:
     @property
     def tool_call_list(self) -> list[dict[str, Any]]:
         """The decoded `tool_calls` JSON (an empty list when there are none or it is unreadable)."""
-        if not self.tool_calls:
-            return []
-        try:
-            value = json.loads(self.tool_calls)
-        except ValueError:
-            return []
-        return value if isinstance(value, list) else []
+        return tool_call_list(self.tool_calls)
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def tool_call_list(tool_calls: str | None) -> list[dict[str, Any]]:
+    """A message's `tool_calls` JSON decoded (an empty list when there are none or it is
+    unreadable)."""
+    if not tool_calls:
+        return []
+    try:
+        value = json.loads(tool_calls)
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
 
 
 # Field names per record type, looked up once (rows are turned into records on hot paths).

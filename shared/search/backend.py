@@ -5,13 +5,16 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import Connection
 
-from shared.model import MessageRecord, SessionRecord
+from shared.model import SessionRecord
 from shared.search.query import Query
 from shared.store.visibility import Viewer  # who asks; the rule is `shared.store.visibility`
+
+if TYPE_CHECKING:  # reads builds on Filters here
+    from shared.search.reads import Message
 
 
 class Order(enum.Enum):
@@ -55,17 +58,17 @@ class SearchBackend(Protocol):
         """Matched text with the terms marked, by message id; the engine marks the rest."""
         ...
 
-    def message(self, conn: Connection, message_id: int) -> MessageRecord | None: ...
+    def message(self, conn: Connection, message_id: int) -> Message | None: ...
 
     def around(
-        self, conn: Connection, anchor: MessageRecord, size: int, roles: Sequence[str]
-    ) -> list[MessageRecord]:
+        self, conn: Connection, anchor: Message, size: int, roles: Sequence[str]
+    ) -> list[Message]:
         """Up to `size` messages of `roles` each side of `anchor`, and `anchor`, in order."""
         ...
 
     def ends(
         self, conn: Connection, session_id: str, roles: Sequence[str], count: int
-    ) -> tuple[list[MessageRecord], list[MessageRecord]]: ...
+    ) -> tuple[list[Message], list[Message]]: ...
 
     def sessions_by_id(
         self, conn: Connection, ids: Iterable[str], viewer: Viewer | None = None

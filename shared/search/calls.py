@@ -38,11 +38,11 @@ from sqlalchemy import Connection
 from shared.db.engine import Store
 from shared.db.errors import AmbiguousSession, SessionNotFound
 from shared.mentions import without_mentions
-from shared.model import MessageRecord, SessionRecord
+from shared.model import SessionRecord
 from shared.search import views
 from shared.search.backend import Filters, Hit, SearchBackend
 from shared.search.query import Query, QueryError, parse
-from shared.search.reads import Reads, Shown
+from shared.search.reads import Message, Reads, Shown
 from shared.search.request import RequestError, SearchRequest
 from shared.store import lineage
 from shared.store.visibility import Viewer
@@ -263,7 +263,7 @@ def _result(
     return result
 
 
-def _window_message(message: MessageRecord, anchor_id: int) -> dict[str, Any]:
+def _window_message(message: Message, anchor_id: int) -> dict[str, Any]:
     if message.id == anchor_id:
         return views.message_dict(message, views.ANCHOR_CHARS, anchor=True)
     return views.message_dict(message, views.WINDOW_CHARS)
@@ -295,7 +295,7 @@ def scroll(conn: Connection, backend: SearchBackend, request: SearchRequest) -> 
     }
 
 
-def _sides(shown: list[MessageRecord], anchor_id: int) -> dict[str, int]:
+def _sides(shown: list[Message], anchor_id: int) -> dict[str, int]:
     """How many of the window's messages come before and after its anchor."""
     before = sum(1 for m in shown if m.id < anchor_id)
     return {"messages_before": before, "messages_after": len(shown) - before - 1}

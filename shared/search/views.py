@@ -8,8 +8,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from shared.model import MessageRecord, SessionRecord
+from shared.model import SessionRecord
 from shared.search.query import Term
+from shared.search.reads import Message
 
 ANCHOR_CHARS = 2000
 WINDOW_CHARS = 600
@@ -36,7 +37,7 @@ def clip(text: str | None, chars: int) -> str:
     return f"{text[:chars].rstrip()}{ELLIPSIS} [+{len(text) - chars} chars]"
 
 
-def message_dict(record: MessageRecord, chars: int, *, anchor: bool = False) -> dict[str, Any]:
+def message_dict(record: Message, chars: int, *, anchor: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": record.id,
         "role": record.role,
@@ -45,9 +46,10 @@ def message_dict(record: MessageRecord, chars: int, *, anchor: bool = False) -> 
     }
     if record.tool_name:
         out["tool_name"] = record.tool_name
-    calls = [_call_name(call) for call in record.tool_call_list]
-    if calls:
-        out["tool_calls"] = calls
+    if record.tool_calls:  # most messages have none: no list built for them
+        calls = [_call_name(call) for call in record.tool_call_list]
+        if calls:
+            out["tool_calls"] = calls
     if anchor:
         out["anchor"] = True
     return out
