@@ -208,6 +208,17 @@ class Prepared:
 
         return self._run(conn, params, fetch)  # type: ignore[no-any-return]
 
+    def rows(self, conn: Connection, params: Params) -> list[tuple[Any, ...]]:
+        """`all` as tuples, in the statement's column order (`columns`): for a caller that
+        reads by position, without a dict built per row."""
+
+        def fetch(cursor: sqlite3.Cursor | None, result: Any) -> list[tuple[Any, ...]]:
+            if cursor is None:
+                return [tuple(row) for row in result.all()]
+            return list(cursor.fetchall())
+
+        return self._run(conn, params, fetch)  # type: ignore[no-any-return]
+
     def all_in_order(
         self, conn: Connection, names: Sequence[str], values: Sequence[Any]
     ) -> list[dict[str, Any]]:

@@ -35,11 +35,10 @@ def list_sessions(
     params: dict[str, Any] = {"b_limit": limit + 1, "b_offset": offset}
     if source:
         params["b_source"] = source
-    rows = _LISTING[bool(source)].all(conn, params)
+    rows = _LISTING[bool(source)].rows(conn, params)
     more = len(rows) > limit
     listings = []
-    for row in rows[:limit]:  # by position: a mapping lookup per field cost more than the query
-        values = list(row.values())
+    for values in rows[:limit]:  # by position: a dict per row cost a third of the query
         listings.append(
             SessionListing(SessionRecord(*values[:-1]), _preview(values[-1], PREVIEW_CHARS))
         )
