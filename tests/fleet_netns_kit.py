@@ -203,16 +203,28 @@ def photo_id(chat: int, n: int) -> str:
 
 
 def drive(url: str, chats: list[int], start: float, failures: list[str]) -> None:
+    """Post each chat's turns as Telegram does, a round every ROUND_SECONDS, on one kept-alive
+    connection. The pause between rounds is about the receiver's idle timeout (uvicorn's 5 s),
+    so a POST can go out just as the receiver closes that connection: it is refused unread
+    ("Server disconnected without sending a response") and Telegram posts the update again.
+    So does this, once; a second refusal, or any other error, is a failure."""
     headers = {"X-Telegram-Bot-Api-Secret-Token": SECRET}
     with httpx.Client(timeout=30) as client:
         for n in range(TURNS):
             for chat in chats:
-                try:
-                    answer = client.post(url, json=update(chat, n), headers=headers)
-                    if answer.status_code != 200:
-                        failures.append(f"{label(chat, n)}: HTTP {answer.status_code}")
-                except httpx.HTTPError as exc:
-                    failures.append(f"{label(chat, n)}: {exc!r}")
+                for attempt in (1, 2):
+                    try:
+                        answer = client.post(url, json=update(chat, n), headers=headers)
+                    except httpx.RemoteProtocolError as exc:
+                        if attempt == 1:
+                            continue
+                        failures.append(f"{label(chat, n)}: {exc!r}")
+                    except httpx.HTTPError as exc:
+                        failures.append(f"{label(chat, n)}: {exc!r}")
+                    else:
+                        if answer.status_code != 200:
+                            failures.append(f"{label(chat, n)}: HTTP {answer.status_code}")
+                    break
             pause = start + (n + 1) * ROUND_SECONDS - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
