@@ -65,8 +65,14 @@ class Fleet:
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
-    def logs(self) -> str:
-        return "\n".join(proc.output() for proc in self.procs)
+    def logs(self, chars: int = 6000) -> str:
+        """The end of each process's log, the worker's first (the gateway's starts with the
+        migrations' lines, which filled the whole of a shared tail)."""
+        return "\n".join(
+            f"--- hermes {' '.join(proc.args)} (last {chars} characters) ---\n"
+            + proc.output()[-chars:]
+            for proc in self.procs
+        )
 
     def replies(self, check: Callable[[], object]) -> None:
         """Wait for the replies `check` looks for; on a miss, fail with the fleet's logs."""
@@ -74,7 +80,7 @@ class Fleet:
             wait_for(check, timeout=REPLIES_WITHIN)
         except AssertionError:
             raise AssertionError(
-                f"no replies within {REPLIES_WITHIN} s; the fleet's logs:\n{self.logs()[-8000:]}"
+                f"no replies within {REPLIES_WITHIN} s; the fleet's logs:\n{self.logs()}"
             ) from None
 
 
