@@ -11,11 +11,11 @@ free port (the broker the gateway's real BrokerWaker publishes wake-ups to), one
 process serving the real gateway app (producers/gateway: Telegram, Slack, WhatsApp, SMS and
 Teams routes, a real state.db under a temporary HERMES_HOME, every turn committed before its
 200) or the bare app (a 200 for any POST, nothing read or written), with the same server
-settings (the gateway's own: httptools, uvloop), and two load processes (a lean asyncio
-HTTP/1.1 client over keep-alive connections, so the load is not the bottleneck) that send
-unique, valid requests (bench/webhook_payloads.py builds and signs them; Teams' Bot Framework
-JWT is checked by the gateway against OpenID metadata this script serves for a key made for
-the run) and time each request from send to ack. For each endpoint and number of concurrent
+settings (the gateway's own: httptools, uvloop), and two load processes (bench/webhook_load.py:
+a lean asyncio HTTP/1.1 client over keep-alive connections, so the load is not the bottleneck)
+that send unique, valid requests (bench/webhook_payloads.py builds and signs them; Teams' Bot
+Framework JWT is checked by the gateway against OpenID metadata this script serves for a key
+made for the run) and time each request from send to ack. For each endpoint and number of concurrent
 connections it reports requests/s and p50/p99/max ack latency; *sustained* is the best
 requests/s at a level whose p99 is within the target and where every request was answered
 200, and the gateway's is also given as a ratio of bare's. The gateway's 200s are compared
@@ -31,7 +31,6 @@ their alembic_version) with whatever store lives there, and the run would write 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -49,8 +48,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import Children, free_port, log, percentiles, start_redis  # noqa: E402
+from bench.webhook_load import load  # noqa: E402
 from bench.webhook_payloads import (  # noqa: E402
-    BODIES,
     KINDS,
     SECRET,
     SLACK_SECRET,
@@ -64,15 +63,12 @@ from bench.webhook_payloads import (  # noqa: E402
     WHATSAPP_PHONE,
     WHATSAPP_SECRET,
     TeamsKeys,
-    request,
-    sign_sms,
 )
 
 TARGET_P99_MS = 100.0
 LOADERS = 2
 QUICK_LEVELS = [4, 16]  # --quick: two short levels per endpoint, well within a minute in all
 QUICK_SECONDS = 2.0
-REQUEST_TIMEOUT = 5.0  # an ack slower than this counts as an error and ends its connection
 
 
 # --- the servers (child processes) ---
@@ -124,75 +120,6 @@ def serve(kind: str, port: int) -> None:
         run_loop(serve_gateway(Gateway(settings, store, waker, time.time), Mode("slack"), sock))
     finally:
         store.close()
-
-
-# --- the load (child processes) ---
-
-
-async def _read_response(reader: asyncio.StreamReader) -> int:
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    if length:
-        await reader.readexactly(length)
-    return status
-
-
-async def _drive(
-    url: str, kind: str, bodies: list[bytes], connections: int, seconds: float
-) -> dict[str, Any]:
-    """A lean keep-alive HTTP/1.1 client (the load must not be the bottleneck): `connections`
-    sockets, each sending its next request as soon as the last one is acked."""
-    _, rest = url.split("://", 1)
-    hostport, _, path = rest.partition("/")
-    host, port = hostport.split(":")
-    path = "/" + path
-    latencies: list[float] = []
-    errors = ok = 0
-    queue = list(reversed(bodies))
-    deadline = time.perf_counter() + seconds
-
-    async def one() -> None:
-        nonlocal errors, ok
-        reader, writer = await asyncio.open_connection(host, int(port))
-        try:
-            while queue and time.perf_counter() < deadline:
-                sending = request(path, int(port), kind, queue.pop())
-                sent = time.perf_counter()
-                writer.write(sending)
-                try:
-                    status = await asyncio.wait_for(_read_response(reader), REQUEST_TIMEOUT)
-                except TimeoutError:  # a stuck server must not stretch the run: an error, and
-                    latencies.append(time.perf_counter() - sent)  # this connection is done
-                    errors += 1
-                    return
-                latencies.append(time.perf_counter() - sent)
-                if status == 200:
-                    ok += 1
-                else:
-                    errors += 1
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-
-    started = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(connections)))
-    elapsed = time.perf_counter() - started
-    return {"latencies": latencies, "errors": errors, "ok": ok, "elapsed": elapsed}
-
-
-def load(url: str, kind: str, start: int, count: int, connections: int, seconds: float) -> None:
-    """`--load`: drive `url` and print the raw latencies as one JSON line."""
-    bodies = BODIES[kind](start, count)
-    if kind == "sms":
-        sign_sms(url, bodies)
-    result = asyncio.run(_drive(url, kind, bodies, connections, seconds))
-    print(json.dumps(result))
 
 
 # --- the driver ---
